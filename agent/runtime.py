@@ -1,0 +1,93 @@
+"""The runtime protocol the agent loop runs on, and an in-memory double for tests.
+
+The loop never imports DBOS. It asks this protocol for four things — run a
+durable step, wait for a message, drain pending messages, read the clock —
+and ``agent/workflow.py`` answers them with DBOS in production. In a unit test,
+``MemoryRuntime`` answers them with a few lines of plain Python.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import datetime as dt
+from collections.abc import Callable
+from typing import Any, Protocol, TypeVar
+
+T = TypeVar("T")
+
+
+class Runtime(Protocol):
+    async def step(self, name: str, fn: Callable[..., T], *args: Any) -> T:
+        """Run ``fn(*args)`` once, durably: on replay, return its recorded output.
+
+        ``fn`` is synchronous Django code; the runtime runs it off the event
+        loop. Irreversible work inside ``fn`` is never retried by the runtime.
+        """
+        ...
+
+    async def wait(self, topic: str, timeout_seconds: float) -> Any | None:
+        """Wait for the next message on ``topic``; ``None`` on timeout."""
+        ...
+
+    async def drain(self, topic: str) -> list[Any]:
+        """Take every message already pending on ``topic`` without waiting."""
+        ...
+
+    async def now(self) -> dt.datetime:
+        """The wall clock, read durably (replay sees the same instant)."""
+        ...
+
+    @property
+    def run_id(self) -> str:
+        """The id of the run this runtime executes (the workflow id)."""
+        ...
+
+    def step_id(self) -> int | None:
+        """The runtime's id for the step currently executing, if any (for the audit trail)."""
+        ...
+
+
+class MemoryRuntime:
+    """A runtime in memory: steps run inline, messages sit in per-topic queues.
+
+    Good enough to unit-test the loop's decisions without Postgres or DBOS.
+    """
+
+    def __init__(self, run_id: str, clock: Callable[[], dt.datetime] | None = None) -> None:
+        self._run_id = run_id
+        self.clock = clock or (lambda: dt.datetime.now(dt.UTC))
+        self.inbox: dict[str, collections.deque[Any]] = collections.defaultdict(collections.deque)
+        self.step_names: list[str] = []
+        self._current: int | None = None
+
+    @property
+    def run_id(self) -> str:
+        return self._run_id
+
+    def step_id(self) -> int | None:
+        return self._current
+
+    async def step(self, name: str, fn: Callable[..., T], *args: Any) -> T:
+        self.step_names.append(name)
+        self._current = len(self.step_names)
+        try:
+            return await asyncio.to_thread(fn, *args)
+        finally:
+            self._current = None
+
+    async def wait(self, topic: str, timeout_seconds: float) -> Any | None:
+        if self.inbox[topic]:
+            return self.inbox[topic].popleft()
+        return None
+
+    async def drain(self, topic: str) -> list[Any]:
+        out = list(self.inbox[topic])
+        self.inbox[topic].clear()
+        return out
+
+    async def now(self) -> dt.datetime:
+        return self.clock()
+
+    def send(self, topic: str, message: Any) -> None:
+        self.inbox[topic].append(message)

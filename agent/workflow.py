@@ -1,0 +1,1 @@
+"""Placeholder: the DBOS workflow lands in the next commit."""
