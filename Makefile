@@ -1,0 +1,49 @@
+# Two commands matter: `make demo` runs the product, `make test` runs the suite.
+VENV ?= .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+
+.PHONY: demo test venv lint typecheck check mutants evals bench browsers clean-data
+
+$(STAMP): pyproject.toml
+	@set -e; if [ ! -x "$(PY)" ]; then \
+	  BASE=$$(scripts/find-python) || exit 1; \
+	  echo "Creating $(VENV) with $$BASE"; \
+	  "$$BASE" -m venv "$(VENV)"; \
+	fi
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e ".[dev]"
+	@touch $(STAMP)
+
+venv: $(STAMP)
+
+demo: $(STAMP)
+	$(PY) scripts/demo.py
+
+test: $(STAMP) browsers
+	$(PY) -m pytest $(PYTEST_ARGS)
+
+browsers: $(STAMP)
+	@$(PY) scripts/ensure_chromium.py
+
+lint: $(STAMP)
+	$(PY) -m ruff check .
+	$(PY) -m ruff format --check .
+
+typecheck: $(STAMP)
+	$(PY) -m mypy deskhand agent approvals
+
+check: lint typecheck test
+
+evals: $(STAMP)
+	$(PY) manage.py evals
+
+mutants: $(STAMP)
+	$(PY) scripts/mutants.py
+
+bench: $(STAMP)
+	$(PY) manage.py bench
+
+clean-data:
+	$(PY) -c "from deskhand import embedded_pg; embedded_pg.stop()" || true
+	rm -rf .deskhand
