@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import contextvars
 import datetime as dt
 from collections.abc import Callable
 from typing import Any, Protocol, TypeVar
@@ -71,8 +72,13 @@ class MemoryRuntime:
     async def step(self, name: str, fn: Callable[..., T], *args: Any) -> T:
         self.step_names.append(name)
         self._current = len(self.step_names)
+
+        def call() -> T:
+            current_step_id.set(self._current)
+            return fn(*args)
+
         try:
-            return await asyncio.to_thread(fn, *args)
+            return await asyncio.to_thread(call)
         finally:
             self._current = None
 
@@ -91,3 +97,8 @@ class MemoryRuntime:
 
     def send(self, topic: str, message: Any) -> None:
         self.inbox[topic].append(message)
+
+
+# The runtime's id for the step executing in this thread, recorded on the
+# step log so an auditor can line Step rows up with DBOS checkpoints.
+current_step_id: contextvars.ContextVar[int | None] = contextvars.ContextVar("current_step_id", default=None)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from urllib.parse import quote
 
 DATABASE_NAME = "deskhand"
 
@@ -42,8 +43,8 @@ def ensure_running() -> str:
     )
     if "(1 row)" not in exists:
         server.psql(f"CREATE DATABASE {DATABASE_NAME};")
-    socket_dir = pgdata_dir()
-    return f"postgresql://postgres@/{DATABASE_NAME}?host={socket_dir}"
+    # The socket directory goes in the host part, percent-encoded, so Django's HOST holds it.
+    return f"postgresql://postgres@{quote(str(pgdata_dir()), safe='')}/{DATABASE_NAME}"
 
 
 def is_running() -> bool:
