@@ -1,0 +1,34 @@
+"""Displaying money. Amounts are integer minor units (cents) from end to end.
+
+Formatting is the one place money turns into text, so it is the one place a
+float could sneak in; ``divmod`` on integers keeps every digit exact.
+"""
+
+from __future__ import annotations
+
+
+def format_cents(cents: int, currency: str = "USD") -> str:
+    """``3800`` -> ``"38.00 USD"``; ``-5`` -> ``"-0.05 USD"``.
+
+    A float or a bool is refused rather than rounded: either would mean a
+    caller already lost track of what the number is.
+    """
+    if isinstance(cents, bool) or not isinstance(cents, int):
+        raise TypeError(f"money is integer cents, not {type(cents).__name__}: {cents!r}")
+    sign = "-" if cents < 0 else ""
+    whole, fraction = divmod(abs(cents), 100)
+    return f"{sign}{whole}.{fraction:02d} {currency}"
+
+
+def format_micros(micros: int) -> str:
+    """Model spend, in micro-dollars: ``12_300`` -> ``"$0.0123"``, ``2_000_000`` -> ``"$2.00"``.
+
+    At least two decimals, and as many more as it takes to show every micro-dollar
+    spent: a step's cost is often a fraction of a cent and should not read as zero.
+    """
+    if isinstance(micros, bool) or not isinstance(micros, int):
+        raise TypeError(f"spend is integer micro-dollars, not {type(micros).__name__}: {micros!r}")
+    sign = "-" if micros < 0 else ""
+    whole, fraction = divmod(abs(micros), 1_000_000)
+    digits = f"{fraction:06d}".rstrip("0").ljust(2, "0")
+    return f"{sign}${whole}.{digits}"
