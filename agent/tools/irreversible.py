@@ -1,5 +1,166 @@
-"""Placeholder; implemented by the tools work."""
+"""Irreversible tools: money out, email sent, order cancelled. A person approves each one.
 
-from agent.tools.registry import ToolDef
+The approval gate lives in the runtime, not here; these handlers never read it.
+What they guarantee is the other half of exactly-once: the effect row links to
+the ledger entry (``ctx.ledger_entry_id``) written in the same transaction, so a
+re-executed step finds the ledger entry instead of paying twice. Because that
+guarantee rests on the effect being a row in this database, a handler called
+without a ledger entry refuses to act at all.
 
-TOOLS: list[ToolDef] = []
+``preview`` renders what the approver reads, from the arguments alone: never
+from a tool result, which the customer may have written.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from agent.tools.reads import (
+    STRING,
+    check_args,
+    customer_order,
+    domain_errors,
+    object_schema,
+    outcome,
+    run_ticket,
+)
+from agent.tools.registry import Risk, ToolContext, ToolDef, ToolOutcome
+from deskhand.desk import services
+from deskhand.desk.money import format_cents
+
+
+def _ledger_entry(ctx: ToolContext, tool: str) -> int:
+    if ctx.ledger_entry_id is None:
+        # A bug in the caller, not something for the model to work around: fail loudly.
+        raise RuntimeError(
+            f"{tool} was called without a ledger entry; refusing an unrecorded effect"
+        )
+    return ctx.ledger_entry_id
+
+
+@domain_errors
+def issue_refund(ctx: ToolContext, args: dict[str, Any]) -> ToolOutcome:
+    entry = _ledger_entry(ctx, "issue_refund")
+    order = customer_order(ctx, args["order_reference"])
+    refund = services.refund_issue(
+        order=order,
+        amount_cents=args["amount_cents"],
+        reason=args["reason"],
+        run_id=ctx.run_id,
+        ledger_entry_id=entry,
+        run_ceiling_cents=ctx.max_refund_cents,
+    )
+    remaining = order.refundable_cents()
+    return outcome(
+        {
+            "order_reference": order.reference,
+            "refunded_cents": refund.amount_cents,
+            "currency": refund.currency,
+            "refundable_remaining_cents": remaining,
+            "message": (
+                f"Refunded {format_cents(refund.amount_cents, refund.currency)} against "
+                f"{order.reference}. Remaining refundable: {format_cents(remaining, refund.currency)}. "
+                "The customer sees it on their statement in 5-10 business days."
+            ),
+        }
+    )
+
+
+@domain_errors
+def send_customer_email(ctx: ToolContext, args: dict[str, Any]) -> ToolOutcome:
+    entry = _ledger_entry(ctx, "send_customer_email")
+    ticket = run_ticket(ctx, args["reference"])
+    email = services.email_send(
+        ticket=ticket,
+        subject=args["subject"],
+        body=args["body"],
+        run_id=ctx.run_id,
+        ledger_entry_id=entry,
+    )
+    to = f"{ticket.customer.name} <{ticket.customer.email}>"
+    return outcome(
+        {
+            "reference": ticket.reference,
+            "to": to,
+            "subject": email.subject,
+            "message": (
+                f"Emailed {to} about {ticket.reference}. It has been delivered and cannot be recalled."
+            ),
+        }
+    )
+
+
+@domain_errors
+def cancel_order(ctx: ToolContext, args: dict[str, Any]) -> ToolOutcome:
+    entry = _ledger_entry(ctx, "cancel_order")
+    order = customer_order(ctx, args["order_reference"])
+    order = services.order_cancel(order=order, reason=args["reason"], ledger_entry_id=entry)
+    return outcome(
+        {
+            "order_reference": order.reference,
+            "status": order.status,
+            "message": (
+                f"Cancelled {order.reference}; it will not ship. Cancelling moves no money: "
+                "if the customer was charged, refunding them is a separate step."
+            ),
+        }
+    )
+
+
+def _money_preview(amount: Any) -> str:
+    if isinstance(amount, int) and not isinstance(amount, bool):
+        return format_cents(amount)
+    return f"{amount!r} cents"
+
+
+TOOLS: list[ToolDef] = [
+    ToolDef(
+        name="issue_refund",
+        description=(
+            "Refund the ticket's customer against one of their orders. amount_cents is an integer "
+            "number of cents (1900 means 19.00). Irreversible: a person approves it before it "
+            "happens. Refused above what is left on the order, above this run's refund ceiling, "
+            "or above the merchant's daily refund ceiling."
+        ),
+        risk=Risk.IRREVERSIBLE,
+        input_schema=object_schema(
+            order_reference=STRING, amount_cents={"type": "integer"}, reason=STRING
+        ),
+        handler=issue_refund,
+        preview=lambda a: (
+            f"Refund {_money_preview(a.get('amount_cents'))} against order "
+            f"{a.get('order_reference')} — {a.get('reason')}"
+        ),
+        check=check_args(
+            "issue_refund", integer={"amount_cents": (1, None)}, text={"reason": (3, 500)}
+        ),
+    ),
+    ToolDef(
+        name="send_customer_email",
+        description=(
+            "Email the customer on this run's ticket (subject 3 to 200 characters, one line; body "
+            "10 to 4000). It also appears on the ticket thread. Irreversible: a person approves it "
+            "before it is sent, and once sent it cannot be recalled."
+        ),
+        risk=Risk.IRREVERSIBLE,
+        input_schema=object_schema(reference=STRING, subject=STRING, body=STRING),
+        handler=send_customer_email,
+        preview=lambda a: (
+            f"Email the customer on {a.get('reference')} — subject: '{a.get('subject')}'\n\n"
+            f"{a.get('body')}"
+        ),
+        check=check_args("send_customer_email", text={"subject": (3, 200), "body": (10, 4000)}),
+    ),
+    ToolDef(
+        name="cancel_order",
+        description=(
+            "Cancel one of the ticket customer's orders that has not shipped yet (status placed). "
+            "It does not refund. Irreversible: a person approves it before it happens."
+        ),
+        risk=Risk.IRREVERSIBLE,
+        input_schema=object_schema(order_reference=STRING, reason=STRING),
+        handler=cancel_order,
+        preview=lambda a: f"Cancel order {a.get('order_reference')} — {a.get('reason')}",
+        check=check_args("cancel_order", text={"reason": (3, 500)}),
+    ),
+]
