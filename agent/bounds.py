@@ -49,9 +49,11 @@ def bounds_check(run_id: str, now_iso: str | None = None) -> dict[str, Any] | No
         return {"reason": "platform_daily_spend", "detail": f"the platform spent {format_micros(platform_spend)} today"}
     repeated = (
         Step.objects.filter(run_id=run_id, kind=StepKind.TOOL)
+        .order_by()
         .values("tool", "arguments")
         .annotate(n=Count("id"))
         .filter(n__gte=run.loop_threshold)
+        .order_by("-n", "tool")
         .first()
     )
     if repeated:

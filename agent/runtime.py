@@ -55,8 +55,15 @@ class MemoryRuntime:
     Good enough to unit-test the loop's decisions without Postgres or DBOS.
     """
 
-    def __init__(self, run_id: str, clock: Callable[[], dt.datetime] | None = None) -> None:
+    def __init__(
+        self,
+        run_id: str,
+        clock: Callable[[], dt.datetime] | None = None,
+        after_step: Callable[[], None] | None = None,
+    ) -> None:
         self._run_id = run_id
+        # e.g. django.db.close_old_connections: step threads must not leak connections.
+        self.after_step = after_step
         self.clock = clock or (lambda: dt.datetime.now(dt.UTC))
         self.inbox: dict[str, collections.deque[Any]] = collections.defaultdict(collections.deque)
         self.step_names: list[str] = []
@@ -75,7 +82,11 @@ class MemoryRuntime:
 
         def call() -> T:
             current_step_id.set(self._current)
-            return fn(*args)
+            try:
+                return fn(*args)
+            finally:
+                if self.after_step is not None:
+                    self.after_step()
 
         try:
             return await asyncio.to_thread(call)
