@@ -11,6 +11,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from agent import faults
 from agent.models import Run, StepKind
 from agent.prompts import system_prompt
 from agent.providers import provider_for_run
@@ -22,7 +23,9 @@ def model_turn(run_id: str, seq: int, messages: list[dict[str, Any]], fence_toke
     run = Run.objects.only("provider", "model").get(pk=run_id)
     provider = provider_for_run(run_id, run.provider, run.model)
     started = time.monotonic()
+    faults.before_model(run_id)
     reply = provider.complete(system=system_prompt(fence_token), messages=messages, tools=api_schemas())
+    reply = faults.after_model(run_id, reply)
     latency_ms = int((time.monotonic() - started) * 1000)
     log_step(
         run_id=run_id, seq=seq, kind=StepKind.MODEL,

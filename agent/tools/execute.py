@@ -16,6 +16,7 @@ from typing import Any
 
 from django.db import transaction
 
+from agent import faults
 from agent.models import LedgerEntry, Run, StepKind
 from agent.steplog import log_step
 from agent.tools import REGISTRY, Risk, ToolError, args_hash, get_tool
@@ -69,8 +70,9 @@ def execute_tool(run_id: str, seq: int, call: dict[str, Any]) -> dict[str, Any]:
         if error is None and tool is not None:
             try:
                 with transaction.atomic():  # a savepoint: a failed handler leaves nothing behind
+                    faults.before_tool(name, run_id)
                     outcome = tool.handler(_context(run, call_id), valid or {})
-                text, inverse = outcome.text, outcome.inverse
+                text, inverse = faults.after_tool(name, run_id, outcome.text), outcome.inverse
             except ToolError as exc:
                 text, ok = str(exc), False
         log_step(
@@ -119,8 +121,9 @@ def execute_irreversible(run_id: str, seq: int, call: dict[str, Any], approval_i
         )
         try:
             with transaction.atomic():
+                faults.before_tool(name, run_id)
                 outcome = tool.handler(_context(run, call_id, ledger_entry_id=entry.pk), args)
-            entry.result, entry.ok = outcome.text, True
+            entry.result, entry.ok = faults.after_tool(name, run_id, outcome.text), True
         except ToolError as exc:
             entry.result, entry.ok = str(exc), False
         entry.save(update_fields=["result", "ok"])
