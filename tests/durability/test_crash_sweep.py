@@ -57,6 +57,8 @@ def test_a_crash_sweep_over_nw1_moves_money_at_most_once(worker_process, point):
     if point == "after_step":
         # Killed after its work, before its checkpoint: every step but the last ran twice.
         assert [s.attempts for s in steps[:-1]] == [2] * (len(steps) - 1)
+        # The refund committed, the worker died, the re-run found its ledger claim.
+        assert Step.objects.get(run=run, kind="tool", tool="issue_refund").replayed is True
     assert Refund.objects.count() == 1 and Refund.objects.get().amount_cents == 3800
     assert LedgerEntry.objects.count() == 1
     assert_accounting_matches(run)
