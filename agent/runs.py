@@ -123,20 +123,19 @@ def run_begin(run_id: str) -> dict[str, Any]:
 def effects_summary(run_id: str) -> str:
     """What this run actually did to the world, from the ledger and the approvals — never from the model."""
     lines: list[str] = []
-    for entry in LedgerEntry.objects.filter(run_id=run_id).order_by("created_at"):
-        if not entry.ok:
-            continue
+    for entry in LedgerEntry.objects.filter(run_id=run_id, ok=True).order_by("created_at"):
         if entry.tool == "issue_refund":
             lines.append(f"Refunded {format_cents(entry.arguments['amount_cents'])} against {entry.arguments['order_reference']}.")
         elif entry.tool == "send_customer_email":
             lines.append(f"Emailed the customer on {entry.arguments['reference']}: '{entry.arguments['subject']}'.")
         elif entry.tool == "cancel_order":
             lines.append(f"Cancelled order {entry.arguments['order_reference']}.")
-    for a in Approval.objects.filter(run_id=run_id).exclude(status=ApprovalStatus.APPROVED).order_by("requested_at"):
-        verb = {"denied": "Declined by a person", "expired": "Expired without a decision", "pending": "Never decided"}[a.status]
-        lines.append(f"{verb}: {a.preview.splitlines()[0]}" + (f" (reason: {a.reason})" if a.reason else "") + ".")
     if not lines:
         lines.append("No money moved, no email was sent and no order was cancelled.")
+    for a in Approval.objects.filter(run_id=run_id).exclude(status=ApprovalStatus.APPROVED).order_by("requested_at"):
+        verb = {"denied": "Declined by a person", "expired": "Expired without a decision", "pending": "Never decided"}[a.status]
+        what = a.preview.splitlines()[0].rstrip(".")
+        lines.append(f"{verb}: {what}" + (f" (reason: {a.reason.rstrip('.')})" if a.reason else "") + ".")
     return "\n".join(lines)
 
 
