@@ -39,11 +39,17 @@ def wait_for_rest(run: Run, timeout: float) -> Run:
     deadline = time.monotonic() + timeout
     while True:
         run.refresh_from_db()
-        if run.status in TERMINAL_STATUSES or run.status == RunStatus.AWAITING_APPROVAL:
-            if run.status != RunStatus.AWAITING_APPROVAL or run.approvals.filter(status="pending").exists():
-                return run
+        if run.status in TERMINAL_STATUSES:
+            return run
+        if (
+            run.status == RunStatus.AWAITING_APPROVAL
+            and run.approvals.filter(status="pending").exists()
+        ):
+            return run
         if time.monotonic() > deadline:
-            raise CommandError(f"run {run.id} is still {run.status} after {timeout:.0f}s; is a worker running (python manage.py worker)?")
+            raise CommandError(
+                f"run {run.id} is still {run.status} after {timeout:.0f}s; is a worker running (python manage.py worker)?"
+            )
         time.sleep(0.2)
 
 
@@ -52,10 +58,19 @@ def print_outcome(cmd: Any, run: Run, as_json: bool) -> None:
     if as_json:
         cmd.stdout.write(json.dumps(out, sort_keys=True))
         return
-    cmd.stdout.write(f"run {out['run_id']}  ticket {out['ticket']}  {out['status']}" + (f" ({out['stop_reason']})" if out["stop_reason"] else ""))
-    cmd.stdout.write(f"  steps {out['steps']}  tokens {out['input_tokens'] + out['output_tokens']}  cost {out['cost_micros']} micro-USD  refunded {out['refunds_cents']} cents  · {out['provider']}/{out['model']}")
+    cmd.stdout.write(
+        f"run {out['run_id']}  ticket {out['ticket']}  {out['status']}"
+        + (f" ({out['stop_reason']})" if out["stop_reason"] else "")
+    )
+    cmd.stdout.write(
+        f"  steps {out['steps']}  tokens {out['input_tokens'] + out['output_tokens']}  cost {out['cost_micros']} micro-USD  refunded {out['refunds_cents']} cents  · {out['provider']}/{out['model']}"
+    )
     if out["pending_approval_id"]:
-        cmd.stdout.write(f"  waiting for approval {out['pending_approval_id']}: {out['pending_approval_preview'].splitlines()[0]}")
-        cmd.stdout.write(f"  decide with: python manage.py decide {out['pending_approval_id']} approve|deny --as EMAIL")
+        cmd.stdout.write(
+            f"  waiting for approval {out['pending_approval_id']}: {out['pending_approval_preview'].splitlines()[0]}"
+        )
+        cmd.stdout.write(
+            f"  decide with: python manage.py decide {out['pending_approval_id']} approve|deny --as EMAIL"
+        )
     if out["summary"]:
         cmd.stdout.write("  " + out["summary"].replace("\n", "\n  "))

@@ -51,7 +51,9 @@ class Loop:
             return {"status": begin["status"]}
         self.token = begin["fence_token"]
         self.seq = begin["next_seq"]
-        messages: list[dict[str, Any]] = [{"role": "user", "content": [{"type": "text", "text": begin["prompt"]}]}]
+        messages: list[dict[str, Any]] = [
+            {"role": "user", "content": [{"type": "text", "text": begin["prompt"]}]}
+        ]
         try:
             while True:
                 guidance = await self._staff_guidance()
@@ -64,11 +66,15 @@ class Loop:
                 hit = await self.rt.step("bounds.check", bounds_check, self.run_id)
                 if hit:
                     raise Stop(RunStatus.EXHAUSTED, hit["reason"], hit["detail"])
-                reply = await self.rt.step("model", model_turn, self.run_id, self._next_seq(), messages, self.token)
+                reply = await self.rt.step(
+                    "model", model_turn, self.run_id, self._next_seq(), messages, self.token
+                )
                 if reply["stop_reason"] == "refusal":
                     raise Stop(RunStatus.FAILED, "model_refusal", "the model refused to continue")
                 content = reply["content"]
-                self.last_text = "\n".join(b.get("text", "") for b in content if b.get("type") == "text").strip()
+                self.last_text = "\n".join(
+                    b.get("text", "") for b in content if b.get("type") == "text"
+                ).strip()
                 calls = [b for b in content if b.get("type") == "tool_use"]
                 messages.append({"role": "assistant", "content": content})
                 if not calls:
@@ -79,26 +85,47 @@ class Loop:
             return await self._finish(stop.status, stop.reason, stop.detail)
 
     async def _finish(self, status: str, reason: str, detail: str) -> dict[str, Any]:
-        return await self.rt.step("run.finish", run_finish, self.run_id, self._next_seq(), status, reason, detail, self.last_text)
+        return await self.rt.step(
+            "run.finish",
+            run_finish,
+            self.run_id,
+            self._next_seq(),
+            status,
+            reason,
+            detail,
+            self.last_text,
+        )
 
     async def _staff_guidance(self) -> list[dict[str, Any]]:
         notes = await self.rt.drain(STEER_TOPIC)
         if not notes:
             return []
-        recorded = await self.rt.step("notes.record", notes_record, self.run_id, self._next_seq(), notes)
+        recorded = await self.rt.step(
+            "notes.record", notes_record, self.run_id, self._next_seq(), notes
+        )
         return [
-            {"type": "text", "text": f"Staff guidance from {n['author']} (merchant staff, via the console):\n{fence.wrap(n['body'], self.token)}"}
+            {
+                "type": "text",
+                "text": f"Staff guidance from {n['author']} (merchant staff, via the console):\n{fence.wrap(n['body'], self.token)}",
+            }
             for n in recorded
         ]
 
     def _result(self, call: dict[str, Any], text: str, ok: bool) -> dict[str, Any]:
-        return {"type": "tool_result", "tool_use_id": call["id"], "content": fence.wrap(text, self.token), "is_error": not ok}
+        return {
+            "type": "tool_result",
+            "tool_use_id": call["id"],
+            "content": fence.wrap(text, self.token),
+            "is_error": not ok,
+        }
 
     async def _settle(self, call: dict[str, Any]) -> dict[str, Any]:
         tool = REGISTRY.get(call.get("name", ""))
         error, _ = validate_call(call.get("name", ""), call.get("input"))
         if tool is None or error is not None or tool.risk is not Risk.IRREVERSIBLE:
-            out = await self.rt.step(f"tool.{call.get('name', '?')}", execute_tool, self.run_id, self._next_seq(), call)
+            out = await self.rt.step(
+                f"tool.{call.get('name', '?')}", execute_tool, self.run_id, self._next_seq(), call
+            )
             return self._result(call, out["text"], out["ok"])
         return await self._gated(call)
 
@@ -107,10 +134,16 @@ class Loop:
         done = await self.rt.step("ledger.lookup", ledger_lookup, self.run_id, call)
         if done is not None:
             if not done["same_args"]:
-                raise Stop(RunStatus.FAILED, "ledger_mismatch", f"ledger key {done['key']} holds different arguments")
+                raise Stop(
+                    RunStatus.FAILED,
+                    "ledger_mismatch",
+                    f"ledger key {done['key']} holds different arguments",
+                )
             # Already performed (e.g. by the run this one was forked from): do not ask or act again.
             return self._result(call, done["text"], done["ok"])
-        request = await self.rt.step("gate.request", gate_request, self.run_id, self._next_seq(), call)
+        request = await self.rt.step(
+            "gate.request", gate_request, self.run_id, self._next_seq(), call
+        )
         approval_id = request["approval_id"]
         expires_at = dt.datetime.fromisoformat(request["expires_at"])
         waited_from = await self.rt.now()
@@ -125,14 +158,29 @@ class Loop:
             # The timeout comes from the stored expires_at, so a restart never extends it.
             await self.rt.wait(request["topic"], remaining)
         waited = (await self.rt.now() - waited_from).total_seconds()
-        verdict = await self.rt.step("gate.resume", gate_resume, self.run_id, self._next_seq(), call, approval_id, waited)
+        verdict = await self.rt.step(
+            "gate.resume", gate_resume, self.run_id, self._next_seq(), call, approval_id, waited
+        )
         if verdict["verdict"] == "expired":
-            raise Stop(RunStatus.FAILED, "approval_expired", f"nobody decided on {call['name']} before the approval expired")
+            raise Stop(
+                RunStatus.FAILED,
+                "approval_expired",
+                f"nobody decided on {call['name']} before the approval expired",
+            )
         if verdict["verdict"] == "mismatch":
             raise Stop(RunStatus.FAILED, "approval_mismatch", verdict["detail"])
         if verdict["verdict"] == "denied":
-            return self._result(call, DENIAL_TEXT.format(reason=verdict.get("reason") or "(no reason given)"), False)
-        out = await self.rt.step(f"tool.{call['name']}", execute_irreversible, self.run_id, self._next_seq(), call, approval_id)
+            return self._result(
+                call, DENIAL_TEXT.format(reason=verdict.get("reason") or "(no reason given)"), False
+            )
+        out = await self.rt.step(
+            f"tool.{call['name']}",
+            execute_irreversible,
+            self.run_id,
+            self._next_seq(),
+            call,
+            approval_id,
+        )
         if "stop" in out:
             raise Stop(RunStatus.FAILED, out["stop"], out["detail"])
         return self._result(call, out["text"], out["ok"])

@@ -26,7 +26,12 @@ class RunStatus(models.TextChoices):
 
 
 OPEN_STATUSES = (RunStatus.QUEUED, RunStatus.RUNNING, RunStatus.AWAITING_APPROVAL)
-TERMINAL_STATUSES = (RunStatus.SUCCEEDED, RunStatus.FAILED, RunStatus.EXHAUSTED, RunStatus.CANCELLED)
+TERMINAL_STATUSES = (
+    RunStatus.SUCCEEDED,
+    RunStatus.FAILED,
+    RunStatus.EXHAUSTED,
+    RunStatus.CANCELLED,
+)
 
 
 class StopReason(models.TextChoices):
@@ -55,7 +60,9 @@ class Run(models.Model):
     id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
     merchant = models.ForeignKey("desk.Merchant", on_delete=models.PROTECT, related_name="runs")
     ticket = models.ForeignKey("desk.Ticket", on_delete=models.PROTECT, related_name="runs")
-    started_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+")
+    started_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+"
+    )
     provider = models.CharField(max_length=40)
     model = models.CharField(max_length=80)
     application_version = models.CharField(max_length=80, blank=True)
@@ -80,7 +87,9 @@ class Run(models.Model):
     input_tokens = models.BigIntegerField(default=0)
     output_tokens = models.BigIntegerField(default=0)
     cost_micros = models.BigIntegerField(default=0)
-    forked_from = models.ForeignKey("self", null=True, blank=True, on_delete=models.PROTECT, related_name="forks")
+    forked_from = models.ForeignKey(
+        "self", null=True, blank=True, on_delete=models.PROTECT, related_name="forks"
+    )
     fork_step = models.PositiveIntegerField(null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
     started_at = models.DateTimeField(null=True, blank=True)
@@ -142,7 +151,9 @@ class Step(models.Model):
 
     run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="step_log")
     seq = models.PositiveIntegerField()
-    function_id = models.IntegerField(null=True, blank=True, help_text="The DBOS function id of the step.")
+    function_id = models.IntegerField(
+        null=True, blank=True, help_text="The DBOS function id of the step."
+    )
     kind = models.CharField(max_length=10, choices=StepKind.choices)
     tool = models.CharField(max_length=40, blank=True)
     tool_call_id = models.CharField(max_length=80, blank=True)
@@ -157,7 +168,9 @@ class Step(models.Model):
     attempts = models.PositiveSmallIntegerField(default=1)
     replayed = models.BooleanField(default=False)
     inverse = models.JSONField(null=True, blank=True)
-    undone_by = models.ForeignKey("self", null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    undone_by = models.ForeignKey(
+        "self", null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
@@ -178,7 +191,9 @@ class LedgerEntry(models.Model):
     """
 
     key = models.CharField(max_length=200, unique=True)
-    merchant = models.ForeignKey("desk.Merchant", on_delete=models.PROTECT, related_name="ledger_entries")
+    merchant = models.ForeignKey(
+        "desk.Merchant", on_delete=models.PROTECT, related_name="ledger_entries"
+    )
     root_run = models.ForeignKey(Run, on_delete=models.PROTECT, related_name="+")
     run = models.ForeignKey(Run, on_delete=models.PROTECT, related_name="ledger_entries")
     tool = models.CharField(max_length=40)
@@ -186,7 +201,11 @@ class LedgerEntry(models.Model):
     args_hash = models.CharField(max_length=64)
     arguments = models.JSONField()
     approval = models.ForeignKey(
-        "approvals.Approval", null=True, blank=True, on_delete=models.PROTECT, related_name="ledger_entries"
+        "approvals.Approval",
+        null=True,
+        blank=True,
+        on_delete=models.PROTECT,
+        related_name="ledger_entries",
     )
     ok = models.BooleanField(default=True)
     result = models.TextField()

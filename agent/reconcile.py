@@ -39,21 +39,33 @@ def _workflow_statuses(run_ids: list[str]) -> dict[str, Any]:
 def reconcile(now: dt.datetime | None = None) -> dict[str, int]:
     now = now or timezone.now()
     counts = {"enqueue_lost": 0, "error": 0, "cancelled": 0, "recovery_exhausted": 0, "resent": 0}
-    open_ids = [str(pk) for pk in Run.objects.filter(status__in=OPEN_STATUSES).values_list("pk", flat=True)]
+    open_ids = [
+        str(pk) for pk in Run.objects.filter(status__in=OPEN_STATUSES).values_list("pk", flat=True)
+    ]
     workflows = _workflow_statuses(open_ids) if open_ids else {}
     for run_id in open_ids:
         wf = workflows.get(run_id)
         if wf is None:
             run = Run.objects.get(pk=run_id)
-            if run.status == RunStatus.QUEUED and run.created_at < now - ENQUEUE_GRACE:
-                if run_mark_failed(run_id=run_id, reason=StopReason.ENQUEUE_LOST, detail="the run was created but never handed to a worker"):
-                    counts["enqueue_lost"] += 1
+            lost = run.status == RunStatus.QUEUED and run.created_at < now - ENQUEUE_GRACE
+            if lost and run_mark_failed(
+                run_id=run_id,
+                reason=StopReason.ENQUEUE_LOST,
+                detail="the run was created but never handed to a worker",
+            ):
+                counts["enqueue_lost"] += 1
             continue
         if wf.status == "ERROR":
-            if run_mark_failed(run_id=run_id, reason=StopReason.ERROR, detail=f"workflow failed: {wf.error}"[:2000]):
+            if run_mark_failed(
+                run_id=run_id, reason=StopReason.ERROR, detail=f"workflow failed: {wf.error}"[:2000]
+            ):
                 counts["error"] += 1
         elif wf.status == "MAX_RECOVERY_ATTEMPTS_EXCEEDED":
-            if run_mark_failed(run_id=run_id, reason=StopReason.RECOVERY_EXHAUSTED, detail="the workflow crashed too many times"):
+            if run_mark_failed(
+                run_id=run_id,
+                reason=StopReason.RECOVERY_EXHAUSTED,
+                detail="the workflow crashed too many times",
+            ):
                 counts["recovery_exhausted"] += 1
         elif wf.status == "CANCELLED":
             with transaction.atomic():
@@ -66,7 +78,9 @@ def reconcile(now: dt.datetime | None = None) -> dict[str, int]:
                     run.summary = f"Cancelled.\n\nEffects:\n{effects_summary(run_id)}"
                     run.finished_at = now
                     run.save()
-                    Approval.objects.filter(run_id=run_id, status=ApprovalStatus.PENDING).update(status=ApprovalStatus.EXPIRED)
+                    Approval.objects.filter(run_id=run_id, status=ApprovalStatus.PENDING).update(
+                        status=ApprovalStatus.EXPIRED
+                    )
                     counts["cancelled"] += 1
     counts["resent"] = resend_undelivered()
     return counts

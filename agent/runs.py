@@ -19,7 +19,16 @@ from django.db.models import Sum
 from django.utils import timezone
 
 from agent import fence
-from agent.models import OPEN_STATUSES, TERMINAL_STATUSES, LedgerEntry, Run, RunStatus, Step, StepKind, StopReason
+from agent.models import (
+    OPEN_STATUSES,
+    TERMINAL_STATUSES,
+    LedgerEntry,
+    Run,
+    RunStatus,
+    Step,
+    StepKind,
+    StopReason,
+)
 from agent.prompts import opening_prompt
 from agent.providers import default_provider
 from agent.steplog import log_step
@@ -37,7 +46,13 @@ class RunRefused(Exception):
     """A run could not be started, cancelled or steered; the message says why."""
 
 
-def run_create(*, ticket: Ticket, user: Any, channel: str = Channel.CLI, provider: tuple[str, str] | None = None) -> Run:
+def run_create(
+    *,
+    ticket: Ticket,
+    user: Any,
+    channel: str = Channel.CLI,
+    provider: tuple[str, str] | None = None,
+) -> Run:
     """Create the Run row (the one open run per ticket is enforced by a partial unique index)."""
     require_actor(user, ticket.merchant_id, "start runs")
     name, model = provider or default_provider()
@@ -57,12 +72,18 @@ def run_create(*, ticket: Ticket, user: Any, channel: str = Channel.CLI, provide
                 max_tokens=bounds["max_tokens"],
                 max_spend_micros=bounds["max_spend_micros"],
                 deadline_seconds=bounds["deadline_seconds"],
-                max_refund_cents=min(bounds["max_refund_cents"], ticket.merchant.run_refund_ceiling_cents),
+                max_refund_cents=min(
+                    bounds["max_refund_cents"], ticket.merchant.run_refund_ceiling_cents
+                ),
                 loop_threshold=bounds["loop_threshold"],
                 deadline_at=now + dt.timedelta(seconds=bounds["deadline_seconds"]),
             )
             AuditEvent.objects.create(
-                merchant_id=ticket.merchant_id, actor=user, action="run.start", run=run, channel=channel,
+                merchant_id=ticket.merchant_id,
+                actor=user,
+                action="run.start",
+                run=run,
+                channel=channel,
                 detail={"ticket": ticket.reference, "provider": name, "model": model},
             )
     except IntegrityError:
@@ -91,12 +112,22 @@ def run_enqueue(run: Run) -> Run:
         )
     except Exception as exc:  # any failure to enqueue must leave a truthful, terminal run
         log.exception("enqueue failed for run %s", run.id)
-        run_mark_failed(run_id=str(run.id), reason=StopReason.ENQUEUE_FAILED, detail=f"could not enqueue: {type(exc).__name__}: {exc}")
+        run_mark_failed(
+            run_id=str(run.id),
+            reason=StopReason.ENQUEUE_FAILED,
+            detail=f"could not enqueue: {type(exc).__name__}: {exc}",
+        )
         run.refresh_from_db()
     return run
 
 
-def run_start(*, ticket: Ticket, user: Any, channel: str = Channel.CLI, provider: tuple[str, str] | None = None) -> Run:
+def run_start(
+    *,
+    ticket: Ticket,
+    user: Any,
+    channel: str = Channel.CLI,
+    provider: tuple[str, str] | None = None,
+) -> Run:
     return run_enqueue(run_create(ticket=ticket, user=user, channel=channel, provider=provider))
 
 
@@ -116,7 +147,14 @@ def run_begin(run_id: str) -> dict[str, Any]:
             "prompt": run.prompt,
             "ticket": run.ticket.reference,
             "fence_token": fence.token_for(str(run.root().id)),
-            "next_seq": (Step.objects.filter(run_id=run_id).order_by("-seq").values_list("seq", flat=True).first() or 0) + 1,
+            "next_seq": (
+                Step.objects.filter(run_id=run_id)
+                .order_by("-seq")
+                .values_list("seq", flat=True)
+                .first()
+                or 0
+            )
+            + 1,
         }
 
 
@@ -125,21 +163,37 @@ def effects_summary(run_id: str) -> str:
     lines: list[str] = []
     for entry in LedgerEntry.objects.filter(run_id=run_id, ok=True).order_by("created_at"):
         if entry.tool == "issue_refund":
-            lines.append(f"Refunded {format_cents(entry.arguments['amount_cents'])} against {entry.arguments['order_reference']}.")
+            lines.append(
+                f"Refunded {format_cents(entry.arguments['amount_cents'])} against {entry.arguments['order_reference']}."
+            )
         elif entry.tool == "send_customer_email":
-            lines.append(f"Emailed the customer on {entry.arguments['reference']}: '{entry.arguments['subject']}'.")
+            lines.append(
+                f"Emailed the customer on {entry.arguments['reference']}: '{entry.arguments['subject']}'."
+            )
         elif entry.tool == "cancel_order":
             lines.append(f"Cancelled order {entry.arguments['order_reference']}.")
     if not lines:
         lines.append("No money moved, no email was sent and no order was cancelled.")
-    for a in Approval.objects.filter(run_id=run_id).exclude(status=ApprovalStatus.APPROVED).order_by("requested_at"):
-        verb = {"denied": "Declined by a person", "expired": "Expired without a decision", "pending": "Never decided"}[a.status]
+    for a in (
+        Approval.objects.filter(run_id=run_id)
+        .exclude(status=ApprovalStatus.APPROVED)
+        .order_by("requested_at")
+    ):
+        verb = {
+            "denied": "Declined by a person",
+            "expired": "Expired without a decision",
+            "pending": "Never decided",
+        }[a.status]
         what = a.preview.splitlines()[0].rstrip(".")
-        lines.append(f"{verb}: {what}" + (f" (reason: {a.reason.rstrip('.')})" if a.reason else "") + ".")
+        lines.append(
+            f"{verb}: {what}" + (f" (reason: {a.reason.rstrip('.')})" if a.reason else "") + "."
+        )
     return "\n".join(lines)
 
 
-def run_finish(run_id: str, seq: int, status: str, reason: str, detail: str, model_text: str) -> dict[str, Any]:
+def run_finish(
+    run_id: str, seq: int, status: str, reason: str, detail: str, model_text: str
+) -> dict[str, Any]:
     """End a run with a truthful summary. Never overwrites a run already terminal (e.g. cancelled)."""
     with transaction.atomic():
         run = Run.objects.select_for_update().get(pk=run_id)
@@ -152,11 +206,30 @@ def run_finish(run_id: str, seq: int, status: str, reason: str, detail: str, mod
         run.status, run.stop_reason, run.stop_detail = status, reason, detail
         run.summary = "\n\n".join(parts)
         run.finished_at = timezone.now()
-        run.save(update_fields=["status", "stop_reason", "stop_detail", "summary", "finished_at", "updated_at"])
-        Approval.objects.filter(run_id=run_id, status=ApprovalStatus.PENDING).update(status=ApprovalStatus.EXPIRED)
+        run.save(
+            update_fields=[
+                "status",
+                "stop_reason",
+                "stop_detail",
+                "summary",
+                "finished_at",
+                "updated_at",
+            ]
+        )
+        Approval.objects.filter(run_id=run_id, status=ApprovalStatus.PENDING).update(
+            status=ApprovalStatus.EXPIRED
+        )
         log_step(
-            run_id=run_id, seq=seq, kind=StepKind.FINAL if status == RunStatus.SUCCEEDED else StepKind.BOUND,
-            result={"status": status, "stop_reason": reason, "detail": detail, "summary": run.summary}, ok=status == RunStatus.SUCCEEDED,
+            run_id=run_id,
+            seq=seq,
+            kind=StepKind.FINAL if status == RunStatus.SUCCEEDED else StepKind.BOUND,
+            result={
+                "status": status,
+                "stop_reason": reason,
+                "detail": detail,
+                "summary": run.summary,
+            },
+            ok=status == RunStatus.SUCCEEDED,
         )
     return {"status": status, "stop_reason": reason}
 
@@ -167,13 +240,36 @@ def run_mark_failed(*, run_id: str, reason: str, detail: str) -> bool:
         run = Run.objects.select_for_update().get(pk=run_id)
         if run.status in TERMINAL_STATUSES:
             return False
-        seq = (Step.objects.filter(run_id=run_id).order_by("-seq").values_list("seq", flat=True).first() or 0) + 1
+        seq = (
+            Step.objects.filter(run_id=run_id)
+            .order_by("-seq")
+            .values_list("seq", flat=True)
+            .first()
+            or 0
+        ) + 1
         run.status, run.stop_reason, run.stop_detail = RunStatus.FAILED, reason, detail[:2000]
         run.summary = f"Failed: {reason} — {detail[:500]}\n\nEffects:\n{effects_summary(run_id)}"
         run.finished_at = timezone.now()
-        run.save(update_fields=["status", "stop_reason", "stop_detail", "summary", "finished_at", "updated_at"])
-        Approval.objects.filter(run_id=run_id, status=ApprovalStatus.PENDING).update(status=ApprovalStatus.EXPIRED)
-        log_step(run_id=run_id, seq=seq, kind=StepKind.ERROR, result={"stop_reason": reason, "detail": detail[:2000]}, ok=False)
+        run.save(
+            update_fields=[
+                "status",
+                "stop_reason",
+                "stop_detail",
+                "summary",
+                "finished_at",
+                "updated_at",
+            ]
+        )
+        Approval.objects.filter(run_id=run_id, status=ApprovalStatus.PENDING).update(
+            status=ApprovalStatus.EXPIRED
+        )
+        log_step(
+            run_id=run_id,
+            seq=seq,
+            kind=StepKind.ERROR,
+            result={"stop_reason": reason, "detail": detail[:2000]},
+            ok=False,
+        )
     return True
 
 
@@ -189,7 +285,9 @@ def run_cancel(*, run: Run, user: Any, channel: str = Channel.CLI) -> Run:
     require_actor(user, run.merchant_id, "cancel runs")
     if run.status in TERMINAL_STATUSES:
         raise RunRefused(f"run {run.id} is already {run.status}; there is nothing to cancel.")
-    Approval.objects.filter(run=run, status=ApprovalStatus.PENDING).update(status=ApprovalStatus.EXPIRED)
+    Approval.objects.filter(run=run, status=ApprovalStatus.PENDING).update(
+        status=ApprovalStatus.EXPIRED
+    )
     try:
         client().cancel_workflow(str(run.id))
     except Exception as exc:  # a run whose workflow never existed is still cancellable
@@ -197,14 +295,39 @@ def run_cancel(*, run: Run, user: Any, channel: str = Channel.CLI) -> Run:
     with transaction.atomic():
         locked = Run.objects.select_for_update().get(pk=run.pk)
         if locked.status not in TERMINAL_STATUSES:
-            seq = (Step.objects.filter(run=locked).order_by("-seq").values_list("seq", flat=True).first() or 0) + 1
+            seq = (
+                Step.objects.filter(run=locked)
+                .order_by("-seq")
+                .values_list("seq", flat=True)
+                .first()
+                or 0
+            ) + 1
             locked.status, locked.stop_reason = RunStatus.CANCELLED, StopReason.CANCELLED
             locked.stop_detail = f"cancelled by {user.email or user}"
-            locked.summary = f"Cancelled by {user.email or user}.\n\nEffects:\n{effects_summary(str(run.pk))}"
+            locked.summary = (
+                f"Cancelled by {user.email or user}.\n\nEffects:\n{effects_summary(str(run.pk))}"
+            )
             locked.finished_at = timezone.now()
-            locked.save(update_fields=["status", "stop_reason", "stop_detail", "summary", "finished_at", "updated_at"])
-            log_step(run_id=str(run.pk), seq=seq, kind=StepKind.BOUND, result={"status": "cancelled", "by": str(user)}, ok=False)
-        AuditEvent.objects.create(merchant_id=run.merchant_id, actor=user, action="run.cancel", run=run, channel=channel)
+            locked.save(
+                update_fields=[
+                    "status",
+                    "stop_reason",
+                    "stop_detail",
+                    "summary",
+                    "finished_at",
+                    "updated_at",
+                ]
+            )
+            log_step(
+                run_id=str(run.pk),
+                seq=seq,
+                kind=StepKind.BOUND,
+                result={"status": "cancelled", "by": str(user)},
+                ok=False,
+            )
+        AuditEvent.objects.create(
+            merchant_id=run.merchant_id, actor=user, action="run.cancel", run=run, channel=channel
+        )
     run.refresh_from_db()
     return run
 

@@ -112,4 +112,6 @@ class MemoryRuntime:
 
 # The runtime's id for the step executing in this thread, recorded on the
 # step log so an auditor can line Step rows up with DBOS checkpoints.
-current_step_id: contextvars.ContextVar[int | None] = contextvars.ContextVar("current_step_id", default=None)
+current_step_id: contextvars.ContextVar[int | None] = contextvars.ContextVar(
+    "current_step_id", default=None
+)

@@ -19,19 +19,32 @@ from agent.steplog import log_step
 from agent.tools import api_schemas
 
 
-def model_turn(run_id: str, seq: int, messages: list[dict[str, Any]], fence_token: str) -> dict[str, Any]:
+def model_turn(
+    run_id: str, seq: int, messages: list[dict[str, Any]], fence_token: str
+) -> dict[str, Any]:
     run = Run.objects.only("provider", "model").get(pk=run_id)
     provider = provider_for_run(run_id, run.provider, run.model)
     started = time.monotonic()
     faults.before_model(run_id)
-    reply = provider.complete(system=system_prompt(fence_token), messages=messages, tools=api_schemas())
+    reply = provider.complete(
+        system=system_prompt(fence_token), messages=messages, tools=api_schemas()
+    )
     reply = faults.after_model(run_id, reply)
     latency_ms = int((time.monotonic() - started) * 1000)
     log_step(
-        run_id=run_id, seq=seq, kind=StepKind.MODEL,
+        run_id=run_id,
+        seq=seq,
+        kind=StepKind.MODEL,
         arguments={"message_count": len(messages)},
-        result={"content": reply.content, "stop_reason": reply.stop_reason, "provider": reply.provider, "model": reply.model},
-        input_tokens=reply.input_tokens, output_tokens=reply.output_tokens, cost_micros=reply.cost_micros,
+        result={
+            "content": reply.content,
+            "stop_reason": reply.stop_reason,
+            "provider": reply.provider,
+            "model": reply.model,
+        },
+        input_tokens=reply.input_tokens,
+        output_tokens=reply.output_tokens,
+        cost_micros=reply.cost_micros,
         latency_ms=reply.latency_ms or latency_ms,
     )
     return reply.to_dict()

@@ -25,13 +25,13 @@ import datetime as dt
 from collections.abc import Callable
 from typing import Any, TypeVar
 
+from dbos import DBOS
 from django.db import close_old_connections
 
 from agent import faults
 from agent.loop import run_agent
 from agent.runs import WORKFLOW_NAME, run_fail
 from agent.runtime import current_step_id
-from dbos import DBOS
 
 T = TypeVar("T")
 
@@ -41,7 +41,7 @@ T = TypeVar("T")
 _RETRYABLE_PREFIXES = ("run.begin", "bounds.check", "model", "gate.read", "ledger.lookup")
 
 
-def _in_thread(name: str, fn: Callable[..., T], *args: Any) -> T:
+def _in_thread[R](name: str, fn: Callable[..., R], *args: Any) -> R:
     close_old_connections()
     current_step_id.set(DBOS.step_id)
     try:
@@ -76,7 +76,12 @@ class DBOSRuntime:
             return await asyncio.to_thread(_in_thread, name, fn, *args)
 
         retry = name.startswith(_RETRYABLE_PREFIXES)
-        options: dict[str, Any] = {"name": name, "retries_allowed": retry, "max_attempts": 3, "interval_seconds": 1.0}
+        options: dict[str, Any] = {
+            "name": name,
+            "retries_allowed": retry,
+            "max_attempts": 3,
+            "interval_seconds": 1.0,
+        }
         return await DBOS.run_step_async(options, body)  # type: ignore[arg-type]
 
     async def wait(self, topic: str, timeout_seconds: float) -> Any | None:
@@ -104,7 +109,10 @@ async def run_workflow() -> dict[str, Any]:
     try:
         return await run_agent(rt)
     except Exception as exc:
-        if type(exc).__name__ in ("DBOSWorkflowCancelledError", "DBOSAwaitedWorkflowCancelledError"):
+        if type(exc).__name__ in (
+            "DBOSWorkflowCancelledError",
+            "DBOSAwaitedWorkflowCancelledError",
+        ):
             raise
         # Record the failure durably, then re-raise so DBOS's own status agrees.
         await rt.step("run.fail", run_fail, run_id, f"{type(exc).__name__}: {exc}"[:2000])

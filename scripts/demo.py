@@ -31,15 +31,39 @@ def main() -> int:
     embedded = not os.environ.get("DATABASE_URL")
     started_pg = embedded and not embedded_pg.is_running()
     if embedded:
-        print(f"Using the embedded Postgres under {embedded_pg.pgdata_dir()} (set DATABASE_URL to use your own server).")
+        print(
+            f"Using the embedded Postgres under {embedded_pg.pgdata_dir()} (set DATABASE_URL to use your own server)."
+        )
     procs: list[subprocess.Popen[bytes]] = []
     try:
         manage("migrate", "--noinput", "-v", "0")
         manage("seed")
-        procs.append(subprocess.Popen([PY, "manage.py", "worker", "--executor-id", os.environ.get("DESKHAND_EXECUTOR_ID", "demo-worker-1")], cwd=ROOT))
         procs.append(
             subprocess.Popen(
-                [PY, "-m", "uvicorn", "deskhand.asgi:application", "--host", "127.0.0.1", "--port", str(PORT), "--log-level", "warning"],
+                [
+                    PY,
+                    "manage.py",
+                    "worker",
+                    "--executor-id",
+                    os.environ.get("DESKHAND_EXECUTOR_ID", "demo-worker-1"),
+                ],
+                cwd=ROOT,
+            )
+        )
+        procs.append(
+            subprocess.Popen(
+                [
+                    PY,
+                    "-m",
+                    "uvicorn",
+                    "deskhand.asgi:application",
+                    "--host",
+                    "127.0.0.1",
+                    "--port",
+                    str(PORT),
+                    "--log-level",
+                    "warning",
+                ],
                 cwd=ROOT,
             )
         )

@@ -27,4 +27,13 @@ def api_schemas() -> list[dict[str, Any]]:
     return [REGISTRY[name].api_schema() for name in sorted(REGISTRY)]
 
 
-__all__ = ["REGISTRY", "Risk", "ToolDef", "ToolError", "api_schemas", "args_hash", "get_tool", "risk_of"]
+__all__ = [
+    "REGISTRY",
+    "Risk",
+    "ToolDef",
+    "ToolError",
+    "api_schemas",
+    "args_hash",
+    "get_tool",
+    "risk_of",
+]

@@ -63,7 +63,9 @@ def execute_tool(run_id: str, seq: int, call: dict[str, Any]) -> dict[str, Any]:
     tool = REGISTRY.get(name)
     risk = tool.risk.value if tool else ""
     started = time.monotonic()
-    if error is None and tool is not None and tool.risk is Risk.IRREVERSIBLE:  # pragma: no cover - loop routes these to the gate
+    if (
+        error is None and tool is not None and tool.risk is Risk.IRREVERSIBLE
+    ):  # pragma: no cover - loop routes these to the gate
         error = f"{name} is irreversible and must pass the approval gate"
     with transaction.atomic():
         text, ok, inverse = error or "", error is None, None
@@ -76,14 +78,24 @@ def execute_tool(run_id: str, seq: int, call: dict[str, Any]) -> dict[str, Any]:
             except ToolError as exc:
                 text, ok = str(exc), False
         log_step(
-            run_id=run_id, seq=seq, kind=StepKind.TOOL, tool=name, tool_call_id=call_id, risk=risk,
-            arguments=args if isinstance(args, dict) else {"_raw": args}, result={"text": text}, ok=ok,
-            latency_ms=int((time.monotonic() - started) * 1000), inverse=inverse,
+            run_id=run_id,
+            seq=seq,
+            kind=StepKind.TOOL,
+            tool=name,
+            tool_call_id=call_id,
+            risk=risk,
+            arguments=args if isinstance(args, dict) else {"_raw": args},
+            result={"text": text},
+            ok=ok,
+            latency_ms=int((time.monotonic() - started) * 1000),
+            inverse=inverse,
         )
     return {"text": text, "ok": ok}
 
 
-def execute_irreversible(run_id: str, seq: int, call: dict[str, Any], approval_id: str) -> dict[str, Any]:
+def execute_irreversible(
+    run_id: str, seq: int, call: dict[str, Any], approval_id: str
+) -> dict[str, Any]:
     """Perform an approved irreversible call exactly once, through the ledger.
 
     Everything happens in one transaction: re-check the approval row (the
@@ -105,19 +117,42 @@ def execute_irreversible(run_id: str, seq: int, call: dict[str, Any], approval_i
             or approval.tool_call_id != call_id
             or approval.args_hash != digest
         ):
-            return {"stop": "approval_mismatch", "detail": "the approval on record does not cover this exact call"}
+            return {
+                "stop": "approval_mismatch",
+                "detail": "the approval on record does not cover this exact call",
+            }
         entry = LedgerEntry.objects.select_for_update().filter(key=key).first()
         if entry is not None:
             if entry.args_hash != digest:
-                return {"stop": "ledger_mismatch", "detail": f"ledger key {key} was claimed for different arguments"}
+                return {
+                    "stop": "ledger_mismatch",
+                    "detail": f"ledger key {key} was claimed for different arguments",
+                }
             log_step(
-                run_id=run_id, seq=seq, kind=StepKind.TOOL, tool=name, tool_call_id=call_id, risk=tool.risk.value,
-                arguments=args, result={"text": entry.result, "ledger_key": key}, ok=entry.ok, replayed=True,
+                run_id=run_id,
+                seq=seq,
+                kind=StepKind.TOOL,
+                tool=name,
+                tool_call_id=call_id,
+                risk=tool.risk.value,
+                arguments=args,
+                result={"text": entry.result, "ledger_key": key},
+                ok=entry.ok,
+                replayed=True,
             )
             return {"text": entry.result, "ok": entry.ok, "replayed": True}
         entry = LedgerEntry.objects.create(
-            key=key, merchant_id=run.merchant_id, root_run=run.root(), run=run, tool=name, tool_call_id=call_id,
-            args_hash=digest, arguments=args, approval=approval, ok=True, result="",
+            key=key,
+            merchant_id=run.merchant_id,
+            root_run=run.root(),
+            run=run,
+            tool=name,
+            tool_call_id=call_id,
+            args_hash=digest,
+            arguments=args,
+            approval=approval,
+            ok=True,
+            result="",
         )
         try:
             with transaction.atomic():
@@ -129,8 +164,15 @@ def execute_irreversible(run_id: str, seq: int, call: dict[str, Any], approval_i
         entry.save(update_fields=["result", "ok"])
         fault_point("after_effect", name)
         log_step(
-            run_id=run_id, seq=seq, kind=StepKind.TOOL, tool=name, tool_call_id=call_id, risk=tool.risk.value,
-            arguments=args, result={"text": entry.result, "ledger_key": key, "approval_id": approval_id}, ok=entry.ok,
+            run_id=run_id,
+            seq=seq,
+            kind=StepKind.TOOL,
+            tool=name,
+            tool_call_id=call_id,
+            risk=tool.risk.value,
+            arguments=args,
+            result={"text": entry.result, "ledger_key": key, "approval_id": approval_id},
+            ok=entry.ok,
             latency_ms=int((time.monotonic() - started) * 1000),
         )
     fault_point("after_commit", name)
@@ -143,7 +185,12 @@ def ledger_lookup(run_id: str, call: dict[str, Any]) -> dict[str, Any] | None:
     entry = LedgerEntry.objects.filter(key=ledger_key(run, call["id"])).first()
     if entry is None:
         return None
-    return {"ok": entry.ok, "text": entry.result, "same_args": entry.args_hash == args_hash(call["name"], call["input"]), "key": entry.key}
+    return {
+        "ok": entry.ok,
+        "text": entry.result,
+        "same_args": entry.args_hash == args_hash(call["name"], call["input"]),
+        "key": entry.key,
+    }
 
 
 def fault_point(point: str, tool: str) -> None:

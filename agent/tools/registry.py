@@ -87,7 +87,19 @@ class ToolDef:
 
 
 # Keywords the Messages API rejects in strict mode; enforced in code instead.
-FORBIDDEN_SCHEMA_KEYWORDS = frozenset({"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "maxItems", "minItems", "minLength", "maxLength", "pattern"})
+FORBIDDEN_SCHEMA_KEYWORDS = frozenset(
+    {
+        "minimum",
+        "maximum",
+        "exclusiveMinimum",
+        "exclusiveMaximum",
+        "maxItems",
+        "minItems",
+        "minLength",
+        "maxLength",
+        "pattern",
+    }
+)
 
 
 def _walk_keys(schema: Any) -> set[str]:
@@ -116,7 +128,9 @@ def _checked(tool: ToolDef) -> ToolDef:
     if bad:
         raise ValueError(f"{tool.name}: strict mode rejects {sorted(bad)}; check them in code")
     if tool.risk is Risk.IRREVERSIBLE and tool.preview is None:
-        raise ValueError(f"{tool.name}: an irreversible tool must render a preview for the approver")
+        raise ValueError(
+            f"{tool.name}: an irreversible tool must render a preview for the approver"
+        )
     return tool
 
 

@@ -40,19 +40,23 @@ class Role(models.TextChoices):
 class Membership(models.Model):
     """A user's role at one merchant. Owners and agents act; viewers watch."""
 
-    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="memberships")
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="memberships"
+    )
     merchant = models.ForeignKey(Merchant, on_delete=models.CASCADE, related_name="memberships")
     role = models.CharField(max_length=10, choices=Role.choices, default=Role.AGENT)
 
     class Meta:
-        constraints = [models.UniqueConstraint(fields=["user", "merchant"], name="one_role_per_merchant")]
+        constraints = [
+            models.UniqueConstraint(fields=["user", "merchant"], name="one_role_per_merchant")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.user} @ {self.merchant.slug} ({self.role})"
 
     @property
     def can_act(self) -> bool:
         return self.role in (Role.OWNER, Role.AGENT)
-
-    def __str__(self) -> str:
-        return f"{self.user} @ {self.merchant.slug} ({self.role})"
 
 
 class Customer(models.Model):
@@ -61,7 +65,11 @@ class Customer(models.Model):
     email = models.EmailField()
 
     class Meta:
-        constraints = [models.UniqueConstraint(fields=["merchant", "email"], name="customer_email_per_merchant")]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["merchant", "email"], name="customer_email_per_merchant"
+            )
+        ]
 
     def __str__(self) -> str:
         return f"{self.name} <{self.email}>"
@@ -78,7 +86,9 @@ class Order(models.Model):
     merchant = models.ForeignKey(Merchant, on_delete=models.CASCADE, related_name="orders")
     customer = models.ForeignKey(Customer, on_delete=models.CASCADE, related_name="orders")
     reference = models.CharField(max_length=32)
-    status = models.CharField(max_length=12, choices=OrderStatus.choices, default=OrderStatus.PLACED)
+    status = models.CharField(
+        max_length=12, choices=OrderStatus.choices, default=OrderStatus.PLACED
+    )
     total_cents = models.BigIntegerField()
     currency = models.CharField(max_length=3, default="USD")
     placed_at = models.DateTimeField()
@@ -86,12 +96,18 @@ class Order(models.Model):
     cancelled_at = models.DateTimeField(null=True, blank=True)
     cancel_reason = models.TextField(blank=True)
     cancel_ledger_entry = models.OneToOneField(
-        "agent.LedgerEntry", null=True, blank=True, on_delete=models.PROTECT, related_name="cancelled_order"
+        "agent.LedgerEntry",
+        null=True,
+        blank=True,
+        on_delete=models.PROTECT,
+        related_name="cancelled_order",
     )
 
     class Meta:
         constraints = [
-            models.UniqueConstraint(fields=["merchant", "reference"], name="order_ref_per_merchant"),
+            models.UniqueConstraint(
+                fields=["merchant", "reference"], name="order_ref_per_merchant"
+            ),
             models.CheckConstraint(condition=Q(total_cents__gte=0), name="order_total_nonnegative"),
         ]
 
@@ -112,6 +128,9 @@ class OrderItem(models.Model):
     quantity = models.PositiveIntegerField()
     unit_price_cents = models.BigIntegerField()
 
+    def __str__(self) -> str:
+        return f"{self.quantity} x {self.sku}"
+
     @property
     def line_cents(self) -> int:
         return self.quantity * self.unit_price_cents
@@ -125,14 +144,21 @@ class Refund(models.Model):
     amount_cents = models.BigIntegerField()
     currency = models.CharField(max_length=3, default="USD")
     reason = models.TextField()
-    run = models.ForeignKey("agent.Run", null=True, blank=True, on_delete=models.SET_NULL, related_name="refunds")
+    run = models.ForeignKey(
+        "agent.Run", null=True, blank=True, on_delete=models.SET_NULL, related_name="refunds"
+    )
     ledger_entry = models.OneToOneField(
         "agent.LedgerEntry", null=True, blank=True, on_delete=models.PROTECT, related_name="refund"
     )
     created_at = models.DateTimeField(auto_now_add=True, db_index=True)
 
     class Meta:
-        constraints = [models.CheckConstraint(condition=Q(amount_cents__gt=0), name="refund_positive")]
+        constraints = [
+            models.CheckConstraint(condition=Q(amount_cents__gt=0), name="refund_positive")
+        ]
+
+    def __str__(self) -> str:
+        return f"refund {self.amount_cents} cents on order {self.order_id}"
 
 
 class TicketStatus(models.TextChoices):
@@ -154,17 +180,27 @@ class Ticket(models.Model):
     customer = models.ForeignKey(Customer, on_delete=models.CASCADE, related_name="tickets")
     reference = models.CharField(max_length=32)
     subject = models.CharField(max_length=300)
-    status = models.CharField(max_length=12, choices=TicketStatus.choices, default=TicketStatus.OPEN)
+    status = models.CharField(
+        max_length=12, choices=TicketStatus.choices, default=TicketStatus.OPEN
+    )
     priority = models.CharField(max_length=8, choices=Priority.choices, default=Priority.NORMAL)
     tags = ArrayField(models.CharField(max_length=40), default=list, blank=True)
     assignee = models.ForeignKey(
-        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="assigned_tickets"
+        settings.AUTH_USER_MODEL,
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="assigned_tickets",
     )
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 
     class Meta:
-        constraints = [models.UniqueConstraint(fields=["merchant", "reference"], name="ticket_ref_per_merchant")]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["merchant", "reference"], name="ticket_ref_per_merchant"
+            )
+        ]
         indexes = [models.Index(fields=["merchant", "status"])]
 
     def __str__(self) -> str:
@@ -180,13 +216,20 @@ class MessageKind(models.TextChoices):
 class TicketMessage(models.Model):
     ticket = models.ForeignKey(Ticket, on_delete=models.CASCADE, related_name="messages")
     kind = models.CharField(max_length=10, choices=MessageKind.choices)
-    author = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL)
+    author = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL
+    )
     body = models.TextField()
-    run = models.ForeignKey("agent.Run", null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    run = models.ForeignKey(
+        "agent.Run", null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
         ordering = ["created_at", "id"]
+
+    def __str__(self) -> str:
+        return f"{self.kind} message on ticket {self.ticket_id}"
 
 
 class OutboundEmail(models.Model):
@@ -197,11 +240,16 @@ class OutboundEmail(models.Model):
     ticket = models.ForeignKey(Ticket, null=True, on_delete=models.SET_NULL, related_name="emails")
     subject = models.CharField(max_length=200)
     body = models.TextField()
-    run = models.ForeignKey("agent.Run", null=True, blank=True, on_delete=models.SET_NULL, related_name="emails")
+    run = models.ForeignKey(
+        "agent.Run", null=True, blank=True, on_delete=models.SET_NULL, related_name="emails"
+    )
     ledger_entry = models.OneToOneField(
         "agent.LedgerEntry", null=True, blank=True, on_delete=models.PROTECT, related_name="email"
     )
     sent_at = models.DateTimeField(auto_now_add=True)
+
+    def __str__(self) -> str:
+        return f"email '{self.subject}'"
 
 
 class KbArticle(models.Model):
@@ -217,7 +265,9 @@ class KbArticle(models.Model):
     )
 
     class Meta:
-        constraints = [models.UniqueConstraint(fields=["merchant", "slug"], name="kb_slug_per_merchant")]
+        constraints = [
+            models.UniqueConstraint(fields=["merchant", "slug"], name="kb_slug_per_merchant")
+        ]
         indexes = [GinIndex(fields=["search"], name="kb_search_gin")]
 
     def __str__(self) -> str:

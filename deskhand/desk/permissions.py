@@ -15,11 +15,17 @@ class NotVisible(Exception):
     """The user has no role at this merchant: it must look as if the thing does not exist."""
 
 
-def membership(user: AbstractBaseUser | AnonymousUser, merchant: Merchant | int) -> Membership | None:
+def membership(
+    user: AbstractBaseUser | AnonymousUser, merchant: Merchant | int
+) -> Membership | None:
     if not user.is_authenticated:
         return None
     merchant_id = merchant if isinstance(merchant, int) else merchant.pk
-    return Membership.objects.filter(user_id=user.pk, merchant_id=merchant_id).select_related("merchant").first()
+    return (
+        Membership.objects.filter(user_id=user.pk, merchant_id=merchant_id)
+        .select_related("merchant")
+        .first()
+    )
 
 
 def require_member(user: AbstractBaseUser | AnonymousUser, merchant: Merchant | int) -> Membership:
@@ -29,9 +35,13 @@ def require_member(user: AbstractBaseUser | AnonymousUser, merchant: Merchant | 
     return m
 
 
-def require_actor(user: AbstractBaseUser | AnonymousUser, merchant: Merchant | int, action: str) -> Membership:
+def require_actor(
+    user: AbstractBaseUser | AnonymousUser, merchant: Merchant | int, action: str
+) -> Membership:
     """Owners and agents act; a viewer watches. Raises with a sentence naming the rule."""
     m = require_member(user, merchant)
     if m.role not in (Role.OWNER, Role.AGENT):
-        raise NotAllowed(f"{user} is a viewer at {m.merchant.name} and may watch runs but not {action}.")
+        raise NotAllowed(
+            f"{user} is a viewer at {m.merchant.name} and may watch runs but not {action}."
+        )
     return m

@@ -26,7 +26,13 @@ def pending_approval(run: Run) -> Approval:
 
 
 def decide(run: Run, email: str, approve: bool = True, reason: str = "") -> Approval:
-    return approval_decide(approval=pending_approval(run), user=user(email), approve=approve, reason=reason, channel="cli")
+    return approval_decide(
+        approval=pending_approval(run),
+        user=user(email),
+        approve=approve,
+        reason=reason,
+        channel="cli",
+    )
 
 
 def assert_accounting_matches(run: Run) -> None:

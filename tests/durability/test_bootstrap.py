@@ -15,7 +15,8 @@ def test_dbos_system_database_is_the_django_database(db):
 
 
 @pytest.mark.parametrize(
-    "url", ["sqlite:///deskhand.sqlite", "postgresql+psycopg://postgres@127.0.0.1:5432/some_other_db"]
+    "url",
+    ["sqlite:///deskhand.sqlite", "postgresql+psycopg://postgres@127.0.0.1:5432/some_other_db"],
 )
 def test_a_system_database_other_than_djangos_is_refused(db, url):
     with pytest.raises(DBOSSetupError):

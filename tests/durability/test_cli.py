@@ -18,7 +18,14 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 def manage(*args: str) -> subprocess.CompletedProcess[str]:
     env = {"DATABASE_URL": test_database_url(), "PATH": "/usr/bin:/bin"}
-    return subprocess.run([sys.executable, "manage.py", *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    return subprocess.run(
+        [sys.executable, "manage.py", *args],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
 
 
 def test_run_ticket_wait_json_prints_the_outcome(dbos_executor, capsys):
@@ -28,7 +35,15 @@ def test_run_ticket_wait_json_prints_the_outcome(dbos_executor, capsys):
     assert out["pending_approval_id"]
     for key in ("run_id", "stop_reason", "steps", "cost_micros", "refunds_cents", "summary"):
         assert key in out
-    call_command("decide", out["pending_approval_id"], "approve", "--as", "owner@northwind.test", "--wait", "--json")
+    call_command(
+        "decide",
+        out["pending_approval_id"],
+        "approve",
+        "--as",
+        "owner@northwind.test",
+        "--wait",
+        "--json",
+    )
     done = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert done["status"] == "succeeded" and done["refunds_cents"] == 3800
 
@@ -48,8 +63,20 @@ def test_a_second_open_run_on_a_ticket_is_refused(dbos_executor):
         (["run_ticket", "NW-1", "--as", "owner@lumen.test"], "has no role"),
         (["run_ticket", "NW-1", "--as", "nobody@example.com"], "no user"),
         (["cancel", "not-a-uuid", "--as", "owner@northwind.test"], "not a run id"),
-        (["cancel", "00000000-0000-0000-0000-000000000000", "--as", "owner@northwind.test"], "no run"),
-        (["decide", "00000000-0000-0000-0000-000000000000", "approve", "--as", "owner@northwind.test"], "no approval"),
+        (
+            ["cancel", "00000000-0000-0000-0000-000000000000", "--as", "owner@northwind.test"],
+            "no run",
+        ),
+        (
+            [
+                "decide",
+                "00000000-0000-0000-0000-000000000000",
+                "approve",
+                "--as",
+                "owner@northwind.test",
+            ],
+            "no approval",
+        ),
         (["decide", "xyz", "maybe", "--as", "owner@northwind.test"], "invalid choice"),
     ],
 )

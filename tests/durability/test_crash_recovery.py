@@ -6,7 +6,12 @@ import pytest
 
 from agent.models import LedgerEntry, Step
 from deskhand.desk.models import Refund
-from tests.durability.helpers import assert_accounting_matches, assert_every_effect_was_approved, decide, start
+from tests.durability.helpers import (
+    assert_accounting_matches,
+    assert_every_effect_was_approved,
+    decide,
+    start,
+)
 from tests.fixtures.dbos import wait_parked, wait_terminal
 
 pytestmark = [pytest.mark.crash, pytest.mark.django_db(transaction=True)]

@@ -18,12 +18,19 @@ import pytest
 from agent.models import TERMINAL_STATUSES, LedgerEntry, Run, Step
 from approvals.models import Approval
 from deskhand.desk.models import Refund
-from tests.durability.helpers import assert_accounting_matches, assert_every_effect_was_approved, decide, start
+from tests.durability.helpers import (
+    assert_accounting_matches,
+    assert_every_effect_was_approved,
+    decide,
+    start,
+)
 
 pytestmark = [pytest.mark.crash, pytest.mark.django_db(transaction=True)]
 
 
-def sweep(worker_process, ticket: str, email: str, point: str, max_incarnations: int = 80) -> tuple[Run, int]:
+def sweep(
+    worker_process, ticket: str, email: str, point: str, max_incarnations: int = 80
+) -> tuple[Run, int]:
     worker = worker_process(f"sweep-{ticket.lower()}-{point}")
     worker.start(faults=f"{point}:*:2")
     run = start(ticket, email)
@@ -31,9 +38,15 @@ def sweep(worker_process, ticket: str, email: str, point: str, max_incarnations:
     deadline = time.monotonic() + 600
     while time.monotonic() < deadline:
         run.refresh_from_db()
-        if run.status in TERMINAL_STATUSES and Step.objects.filter(run=run, kind__in=["final", "bound"]).exists():
+        if (
+            run.status in TERMINAL_STATUSES
+            and Step.objects.filter(run=run, kind__in=["final", "bound"]).exists()
+        ):
             break
-        if run.status == "awaiting_approval" and Approval.objects.filter(run=run, status="pending").exists():
+        if (
+            run.status == "awaiting_approval"
+            and Approval.objects.filter(run=run, status="pending").exists()
+        ):
             decide(run, email)
         if worker.proc is not None and worker.proc.poll() is not None:
             assert worker.proc.returncode == -9, f"worker exited {worker.proc.returncode}"

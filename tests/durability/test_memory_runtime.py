@@ -12,8 +12,8 @@ from agent.providers import clear_overrides, install_override
 from agent.providers.scripted import ScriptedProvider, call, say
 from agent.runs import run_create
 from agent.runtime import MemoryRuntime
-from tests.durability.helpers import user
 from deskhand.desk.models import Ticket
+from tests.durability.helpers import user
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -21,7 +21,9 @@ pytestmark = pytest.mark.django_db(transaction=True)
 def test_the_loop_needs_no_execution_engine(tseeded):
     ticket = Ticket.objects.get(reference="NW-2")
     run = run_create(ticket=ticket, user=user("owner@northwind.test"))
-    install_override(str(run.id), ScriptedProvider([[call("get_ticket", reference="NW-2")], [say("done")]]))
+    install_override(
+        str(run.id), ScriptedProvider([[call("get_ticket", reference="NW-2")], [say("done")]])
+    )
     try:
         rt = MemoryRuntime(str(run.id), after_step=close_old_connections)
         outcome = asyncio.run(run_agent(rt))

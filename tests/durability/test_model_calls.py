@@ -22,7 +22,11 @@ MODEL = ("anthropic", "claude-haiku-4-5")
 
 
 def _start_nw1():
-    return run_start(ticket=Ticket.objects.get(reference="NW-1"), user=user("owner@northwind.test"), provider=MODEL)
+    return run_start(
+        ticket=Ticket.objects.get(reference="NW-1"),
+        user=user("owner@northwind.test"),
+        provider=MODEL,
+    )
 
 
 def test_a_resumed_run_never_repeats_a_completed_model_call(worker_process):

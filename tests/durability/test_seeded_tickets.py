@@ -29,8 +29,10 @@ pytestmark = pytest.mark.django_db(transaction=True)
 def settle(run: Run) -> Run:
     return wait_for_run(
         str(run.id),
-        lambda r: r.status in ("succeeded", "failed", "exhausted", "cancelled")
-        or (r.status == "awaiting_approval" and r.approvals.filter(status="pending").exists()),
+        lambda r: (
+            r.status in ("succeeded", "failed", "exhausted", "cancelled")
+            or (r.status == "awaiting_approval" and r.approvals.filter(status="pending").exists())
+        ),
     )
 
 
@@ -68,7 +70,9 @@ def test_a_denied_refund_is_never_reported_as_refunded(dbos_executor):
     [("NW-2", "pending"), ("NW-3", "escalated"), ("NW-4", "escalated"), ("LU-1", "pending")],
 )
 def test_tickets_that_need_no_money_move_none(dbos_executor, ref, ticket_status):
-    run = wait_terminal(str(start(ref, "owner@northwind.test" if ref.startswith("NW") else "owner@lumen.test").id))
+    run = wait_terminal(
+        str(start(ref, "owner@northwind.test" if ref.startswith("NW") else "owner@lumen.test").id)
+    )
     assert run.status == "succeeded", run.summary
     assert Approval.objects.filter(run=run).count() == 0
     assert Refund.objects.count() == 0 and OutboundEmail.objects.count() == 0
@@ -80,7 +84,11 @@ def test_tickets_that_need_no_money_move_none(dbos_executor, ref, ticket_status)
 def test_lu2_refunds_the_duplicate_and_emails_under_two_separate_approvals(dbos_executor):
     run = settle(start("LU-2", "owner@lumen.test"))
     first = pending_approval(run)
-    assert (first.tool, first.arguments["order_reference"], first.arguments["amount_cents"]) == ("issue_refund", "LU-2311", 17900)
+    assert (first.tool, first.arguments["order_reference"], first.arguments["amount_cents"]) == (
+        "issue_refund",
+        "LU-2311",
+        17900,
+    )
     decide(run, "agent@lumen.test")
     run = settle(run)
     second = pending_approval(run)
@@ -90,7 +98,9 @@ def test_lu2_refunds_the_duplicate_and_emails_under_two_separate_approvals(dbos_
     decide(run, "agent@lumen.test")
     run = wait_terminal(str(run.id))
     assert run.status == "succeeded"
-    assert [(r.order.reference, r.amount_cents) for r in Refund.objects.all()] == [("LU-2311", 17900)]
+    assert [(r.order.reference, r.amount_cents) for r in Refund.objects.all()] == [
+        ("LU-2311", 17900)
+    ]
     assert OutboundEmail.objects.count() == 1
     assert LedgerEntry.objects.filter(run=run).count() == 2
     assert_every_effect_was_approved()
@@ -98,7 +108,8 @@ def test_lu2_refunds_the_duplicate_and_emails_under_two_separate_approvals(dbos_
 
 def test_changed_facts_change_the_decision_delivered_forty_days_ago_escalates(dbos_executor):
     Ticket.objects.get(reference="NW-1").customer.orders.filter(reference="NW-1042").update(
-        delivered_at=timezone.now() - dt.timedelta(days=40), placed_at=timezone.now() - dt.timedelta(days=45)
+        delivered_at=timezone.now() - dt.timedelta(days=40),
+        placed_at=timezone.now() - dt.timedelta(days=45),
     )
     run = wait_terminal(str(start("NW-1", "owner@northwind.test").id))
     assert run.status == "succeeded"

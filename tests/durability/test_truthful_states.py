@@ -25,7 +25,9 @@ def test_a_run_whose_enqueue_fails_ends_failed_at_once(tseeded, monkeypatch):
             raise ConnectionError("system database unreachable")
 
     monkeypatch.setattr("deskhand.dbos_setup.client", lambda: Broken())
-    run = runs.run_start(ticket=Ticket.objects.get(reference="NW-2"), user=user("owner@northwind.test"))
+    run = runs.run_start(
+        ticket=Ticket.objects.get(reference="NW-2"), user=user("owner@northwind.test")
+    )
     assert run.status == "failed"
     assert run.stop_reason == "enqueue_failed"
     assert "system database unreachable" in run.stop_detail
@@ -33,7 +35,9 @@ def test_a_run_whose_enqueue_fails_ends_failed_at_once(tseeded, monkeypatch):
 
 
 def test_a_run_created_but_never_enqueued_is_failed_by_the_reconciler(dbos_executor):
-    run = runs.run_create(ticket=Ticket.objects.get(reference="NW-2"), user=user("owner@northwind.test"))
+    run = runs.run_create(
+        ticket=Ticket.objects.get(reference="NW-2"), user=user("owner@northwind.test")
+    )
     # The web process "died" here. Inside the grace period the reconciler leaves it alone.
     reconcile()
     assert Run.objects.get(pk=run.pk).status == "queued"
@@ -62,12 +66,16 @@ def test_a_recorded_decision_whose_send_was_lost_is_resent_once(dbos_executor, m
     run = wait_parked(str(start("NW-1", "owner@northwind.test").id))
     approval = pending_approval(run)
     real_send = services.approval_send
-    monkeypatch.setattr(services, "approval_send", lambda a: (_ for _ in ()).throw(ConnectionError("lost")))
+    monkeypatch.setattr(
+        services, "approval_send", lambda a: (_ for _ in ()).throw(ConnectionError("lost"))
+    )
     services.approval_decide(approval=approval, user=user("owner@northwind.test"), approve=True)
     approval.refresh_from_db()
     assert approval.status == "approved" and approval.delivered_at is None
     monkeypatch.setattr(services, "approval_send", real_send)
-    time.sleep(2.1)  # the reconciler leaves a decision alone for 2 s while its own send may be in flight
+    time.sleep(
+        2.1
+    )  # the reconciler leaves a decision alone for 2 s while its own send may be in flight
     assert reconcile()["resent"] == 1
     run = wait_for_run(str(run.id), lambda r: r.status == "succeeded")
     assert run.refunds.count() == 1

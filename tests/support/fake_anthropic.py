@@ -19,7 +19,9 @@ class FakeAnthropic:
     def __init__(self, input_tokens: int = 1000, output_tokens: int = 100) -> None:
         self.requests: list[dict[str, Any]] = []
         self._lock = threading.Lock()
-        self._policy = PolicyProvider(input_tokens=input_tokens, output_tokens=output_tokens, cost_micros=0)
+        self._policy = PolicyProvider(
+            input_tokens=input_tokens, output_tokens=output_tokens, cost_micros=0
+        )
         self.input_tokens, self.output_tokens = input_tokens, output_tokens
         fake = self
 
@@ -32,8 +34,14 @@ class FakeAnthropic:
                 with fake._lock:
                     fake.requests.append(body)
                     n = len(fake.requests)
-                system = body["system"][0]["text"] if isinstance(body["system"], list) else body["system"]
-                reply = fake._policy.complete(system=system, messages=body["messages"], tools=body.get("tools", []))
+                system = (
+                    body["system"][0]["text"]
+                    if isinstance(body["system"], list)
+                    else body["system"]
+                )
+                reply = fake._policy.complete(
+                    system=system, messages=body["messages"], tools=body.get("tools", [])
+                )
                 payload = {
                     "id": f"msg_fake_{n}",
                     "type": "message",
@@ -42,7 +50,10 @@ class FakeAnthropic:
                     "content": reply.content,
                     "stop_reason": reply.stop_reason,
                     "stop_sequence": None,
-                    "usage": {"input_tokens": fake.input_tokens, "output_tokens": fake.output_tokens},
+                    "usage": {
+                        "input_tokens": fake.input_tokens,
+                        "output_tokens": fake.output_tokens,
+                    },
                 }
                 data = json.dumps(payload).encode()
                 self.send_response(200)

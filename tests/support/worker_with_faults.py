@@ -16,7 +16,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "deskhand.settings")
 
-import django  # noqa: E402
+import django
 
 django.setup()
 

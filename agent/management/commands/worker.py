@@ -20,13 +20,15 @@ class Command(BaseCommand):
             default=os.environ.get("DESKHAND_EXECUTOR_ID", "worker-1"),
             help="Stable, unique id: a restarted worker recovers the runs of the same id (env DESKHAND_EXECUTOR_ID).",
         )
-        parser.add_argument("--reconcile-every", type=float, default=5.0, help="Seconds between reconciler passes.")
+        parser.add_argument(
+            "--reconcile-every", type=float, default=5.0, help="Seconds between reconciler passes."
+        )
 
     def handle(self, *args: Any, **opts: Any) -> None:
+        from dbos import DBOS
+
         from agent.reconcile import reconcile
         from deskhand.dbos_setup import DBOSSetupError, launch_executor
-
-        from dbos import DBOS
 
         executor_id = opts["executor_id"]
         if not executor_id or any(c.isspace() for c in executor_id):
@@ -38,7 +40,9 @@ class Command(BaseCommand):
         stop = threading.Event()
         for sig in (signal.SIGINT, signal.SIGTERM):
             signal.signal(sig, lambda *_: stop.set())
-        self.stdout.write(f"worker {executor_id} ready (DBOS launched, queue listening)", ending="\n")
+        self.stdout.write(
+            f"worker {executor_id} ready (DBOS launched, queue listening)", ending="\n"
+        )
         self.stdout.flush()
         while not stop.wait(opts["reconcile_every"]):
             try:
