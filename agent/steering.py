@@ -11,7 +11,11 @@ from approvals.models import StaffNote
 
 def notes_record(run_id: str, seq: int, messages: list[Any]) -> list[dict[str, Any]]:
     """Turn pending steer messages (note ids) into the notes the model will read."""
-    ids = [m.get("note_id") for m in messages if isinstance(m, dict)]
+    ids = [
+        int(m["note_id"])
+        for m in messages
+        if isinstance(m, dict) and isinstance(m.get("note_id"), int)
+    ]
     notes = list(
         StaffNote.objects.filter(pk__in=ids, run_id=run_id)
         .select_related("author")

@@ -25,7 +25,7 @@ import datetime as dt
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from dbos import DBOS
+from dbos import DBOS, StepOptions
 from django.db import close_old_connections
 
 from agent import faults
@@ -76,13 +76,13 @@ class DBOSRuntime:
             return await asyncio.to_thread(_in_thread, name, fn, *args)
 
         retry = name.startswith(_RETRYABLE_PREFIXES)
-        options: dict[str, Any] = {
+        options: StepOptions = {
             "name": name,
             "retries_allowed": retry,
             "max_attempts": 3,
             "interval_seconds": 1.0,
         }
-        return await DBOS.run_step_async(options, body)  # type: ignore[arg-type]
+        return await DBOS.run_step_async(options, body)
 
     async def wait(self, topic: str, timeout_seconds: float) -> Any | None:
         return await DBOS.recv_async(topic, timeout_seconds=max(0.0, timeout_seconds))
