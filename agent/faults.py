@@ -87,7 +87,7 @@ class Fault:
     kind: str
     times: int | None = 1  # how often it fires; None: every time
     after: int = 0  # let this many matching calls through first
-    payload: Any = None  # error text, garbage text, hostile text or blocks
+    payload: Any = None  # error text, garbage text, hostile text or blocks (or run_id -> those)
     seconds: float = 0.1  # for latency
     run_id: str | None = None  # only this run
     seen: int = 0
@@ -210,9 +210,11 @@ def after_tool(tool: str, run_id: str | None, text: str) -> str:
     fault = _take(tool, _AFTER, run_id)
     if fault is None:
         return text
+    # A payload may be a function of the run (e.g. to forge that run's own fence).
+    payload = fault.payload(run_id) if callable(fault.payload) else fault.payload
     if fault.kind == "garbage":
-        return str(fault.payload) if fault.payload is not None else GARBAGE
-    return text + str(INJECTION_PAYLOAD if fault.payload is None else fault.payload)
+        return str(payload) if payload is not None else GARBAGE
+    return text + str(INJECTION_PAYLOAD if payload is None else payload)
 
 
 def before_model(run_id: str | None = None) -> None:
@@ -222,7 +224,8 @@ def before_model(run_id: str | None = None) -> None:
 
 
 def garbage_blocks() -> list[dict[str, Any]]:
-    """A reply no sane model sends: an unknown tool, a non-object input, wrong types, junk text."""
+    """A reply no sane model sends, in a shape the Messages API could still carry:
+    an unknown tool, arguments under the wrong names, values of the wrong type, junk text."""
     tag = uuid.uuid4().hex[:10]
     return [
         {"type": "text", "text": GARBAGE},
@@ -231,7 +234,7 @@ def garbage_blocks() -> list[dict[str, Any]]:
             "type": "tool_use",
             "id": f"toolu_garbage_{tag}_1",
             "name": "get_order",
-            "input": "NW-1042",
+            "input": {"order": "NW-1042"},
         },
         {
             "type": "tool_use",
