@@ -1,0 +1,64 @@
+"""Fixtures for the replay tests: providers that remember what they were sent, and the CLI."""
+
+from __future__ import annotations
+
+import copy
+import io
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from django.core.management import call_command
+from django.core.management.base import CommandError
+
+from agent.providers import clear_overrides, install_override
+from agent.providers.base import ModelReply, Provider
+from agent.providers.scripted import PolicyProvider, ScriptedProvider
+
+
+class Recording:
+    """Wraps a provider and keeps a copy of every conversation (and system prompt) it was sent."""
+
+    def __init__(self, inner: Provider) -> None:
+        self.inner = inner
+        self.name, self.model = inner.name, inner.model
+        self.seen: list[list[dict[str, Any]]] = []
+        self.systems: list[str] = []
+
+    def complete(
+        self, *, system: str, messages: list[dict[str, Any]], tools: list[dict[str, Any]]
+    ) -> ModelReply:
+        self.seen.append(copy.deepcopy(messages))
+        self.systems.append(system)
+        return self.inner.complete(system=system, messages=messages, tools=tools)
+
+
+@pytest.fixture
+def provide() -> Iterator[Any]:
+    """``provide(turns_or_provider, run_id="*")`` installs a recording provider in this process."""
+
+    def install(what: Any = None, run_id: str = "*") -> Recording:
+        inner = (
+            what
+            if hasattr(what, "complete")
+            else (ScriptedProvider(what) if what is not None else PolicyProvider())
+        )
+        recording = Recording(inner)
+        install_override(run_id, recording)
+        return recording
+
+    clear_overrides()
+    yield install
+    clear_overrides()
+
+
+def replay_cmd(*args: str) -> tuple[int, str]:
+    """Run ``manage.py replay`` in-process: (exit code, stdout or the error sentence)."""
+    out = io.StringIO()
+    try:
+        call_command("replay", *args, stdout=out)
+    except CommandError as exc:
+        return exc.returncode or 1, str(exc)
+    except SystemExit as exc:
+        return int(exc.code or 0), out.getvalue()
+    return 0, out.getvalue()

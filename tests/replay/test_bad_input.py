@@ -1,0 +1,90 @@
+"""Bad input to ``replay``: a non-zero exit and one sentence, never a traceback."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import uuid
+
+import pytest
+
+from agent.models import Run, Step
+from agent.runs import run_create
+from deskhand.desk.models import Ticket
+from tests.durability.helpers import user
+from tests.fixtures.dbos import ROOT, test_database_url
+from tests.replay.conftest import replay_cmd
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def finished_run_without_history() -> Run:
+    """A run whose step log exists but whose DBOS history was cleared (seed --reset does that)."""
+    run = run_create(ticket=Ticket.objects.get(reference="NW-2"), user=user("owner@northwind.test"))
+    Step.objects.create(
+        run=run,
+        seq=1,
+        function_id=5,
+        kind="model",
+        result={"content": [{"type": "text", "text": "hi"}], "stop_reason": "end_turn"},
+        arguments={"message_count": 1},
+    )
+    Step.objects.create(
+        run=run,
+        seq=2,
+        function_id=6,
+        kind="final",
+        result={"status": "succeeded", "stop_reason": "end_turn"},
+    )
+    Run.objects.filter(pk=run.pk).update(status="succeeded", stop_reason="end_turn", steps=2)
+    run.refresh_from_db()
+    return run
+
+
+def test_bad_input_is_one_sentence_and_a_non_zero_exit(tseeded, tmp_path):
+    run = finished_run_without_history()
+    rid = str(run.id)
+    cases = [
+        (["not-a-run"], "'not-a-run' is not a run id (expected a UUID)."),
+        ([str(uuid.uuid4())], "no run "),
+        ([rid, "--at", "0"], f"run {rid} has no step 0; --at takes 1 to 3."),
+        ([rid, "--at", "4"], f"run {rid} has no step 4; --at takes 1 to 3."),
+        ([rid, "--json"], "--json only applies to --at."),
+        ([rid, "--system-prompt", "x.txt"], "--system-prompt only applies to --diverge."),
+        (
+            [rid, "--diverge", "--system-prompt", str(tmp_path / "missing.txt")],
+            "no system prompt file",
+        ),
+        ([rid, "--as", "owner@northwind.test"], "--as and --wait only apply to --fork-from."),
+        (
+            [rid, "--fork-from", "1", "--as", "nobody@example.com"],
+            "no user with email 'nobody@example.com'.",
+        ),
+        ([rid, "--fork-from", "1", "--as", "owner@northwind.test"], "has no DBOS history"),
+    ]
+    for args, words in cases:
+        code, out = replay_cmd(*args)
+        assert code != 0, (args, out)
+        assert words in out and "\n" not in out.strip(), (args, out)
+    assert not Run.objects.filter(forked_from=run).exists()  # a refused fork leaves no row
+
+    # What the model saw is shown even without DBOS history: the step log is enough.
+    code, out = replay_cmd(rid, "--at", "2")
+    assert code == 0 and "these are" not in out and "── assistant ──" in out
+
+
+def test_the_real_command_prints_a_sentence_not_a_traceback(tseeded):
+    env = {**os.environ, "DATABASE_URL": test_database_url(), "PYTHONUNBUFFERED": "1"}
+    for args in (["not-a-run"], [str(uuid.uuid4()), "--at", "x"]):
+        proc = subprocess.run(
+            [sys.executable, str(ROOT / "manage.py"), "replay", *args],
+            cwd=ROOT,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert proc.returncode != 0
+        assert "Traceback" not in proc.stderr
+        assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr

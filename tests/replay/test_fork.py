@@ -1,0 +1,166 @@
+"""``replay RUN_ID --fork-from N``: a fork replays the original up to N and never repeats its effects.
+
+Effects before N are copied checkpoints; an irreversible call re-derived after N
+is answered by the ledger (same call id, same arguments) or refused before anyone
+is asked (same call id, other arguments).
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from agent.models import LedgerEntry, Run, Step
+from agent.providers.scripted import PolicyProvider, call, say
+from agent.runs import run_create
+from approvals.models import Approval, AuditEvent
+from deskhand.dbos_setup import client
+from deskhand.desk.models import OutboundEmail, Refund, Ticket
+from tests.durability.helpers import assert_every_effect_was_approved, decide, start, user
+from tests.fixtures.dbos import wait_parked, wait_terminal
+from tests.replay.conftest import replay_cmd
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+OWNER = "owner@northwind.test"
+
+
+def fork(run: Run, n: int) -> Run:
+    code, out = replay_cmd(
+        str(run.id), "--fork-from", str(n), "--as", OWNER, "--wait", "--timeout", "60"
+    )
+    assert code == 0, out
+    fork_id = out.splitlines()[0].strip()
+    return wait_terminal(fork_id)
+
+
+def seq_of(run: Run, **filters: object) -> int:
+    return Step.objects.get(run=run, **filters).seq
+
+
+def test_forks_never_pay_twice_and_a_different_amount_under_the_same_call_is_refused(
+    dbos_executor, provide
+):
+    original = wait_parked(str(start("NW-1", OWNER).id))
+    decide(original, OWNER)
+    original = wait_terminal(str(original.id))
+    assert original.status == "succeeded"
+    asked = seq_of(original, kind="model", result__content__0__name="issue_refund")
+    requested = seq_of(original, kind="approval", result__event="requested")
+    paid = seq_of(original, kind="tool", tool="issue_refund")
+    after = paid + 1
+    assert Step.objects.get(run=original, seq=after).kind == "model"
+    approvals, emails = Approval.objects.count(), OutboundEmail.objects.count()
+
+    # 1. From the model step after the refund: the refund is a copied checkpoint.
+    later = fork(original, after)
+    assert (later.status, later.forked_from_id, later.fork_step) == (
+        "succeeded",
+        original.id,
+        after,
+    )
+    assert min(later.step_log.values_list("seq", flat=True)) == after  # nothing before N was re-run
+    wf = client().list_workflows(workflow_ids=[str(later.id)], load_input=False, load_output=False)[
+        0
+    ]
+    assert wf.forked_from == str(original.id)
+    assert AuditEvent.objects.filter(action="run.fork", run=later).exists()
+    _, listing = replay_cmd(str(later.id))
+    assert f"forked from run {original.id} at step {after}" in listing
+    assert any(
+        ln.split()[:3] == [f"^{paid}", "tool", "issue_refund"] for ln in listing.splitlines()
+    )
+    same = [
+        json.loads(replay_cmd(str(r.id), "--at", str(after), "--json")[1])["messages"]
+        for r in (original, later)
+    ]
+    assert same[0] == same[1]
+
+    # 2. From the model step that asked for the refund: re-derived with the same id and arguments,
+    #    the ledger answers; no person is asked; the model reads the original's result.
+    recording = provide(PolicyProvider())
+    again = fork(original, asked)
+    assert again.status == "succeeded", again.summary
+    assert again.approvals.count() == 0
+    assert "Refunded" not in again.summary.split("Effects:")[1]  # the fork itself moved no money
+    _, listing = replay_cmd(str(again.id))
+    ledger_lines = [
+        ln for ln in listing.splitlines() if " ledger " in ln and "answered from the ledger" in ln
+    ]
+    assert len(ledger_lines) == 1 and "Refunded 38.00 USD" in ledger_lines[0]
+    fork_model_steps = list(again.step_log.filter(kind="model").order_by("seq"))
+    assert len(fork_model_steps) == len(recording.seen)
+    for step, sent in zip(fork_model_steps, recording.seen, strict=True):
+        view = json.loads(replay_cmd(str(again.id), "--at", str(step.seq), "--json")[1])
+        assert view["warnings"] == [] and view["messages"] == sent, f"step {step.seq}"
+    answered = [
+        b
+        for m in recording.seen[1]
+        for b in m["content"]
+        if b.get("tool_use_id") == "toolu_scripted_3_0"
+    ]
+    assert (
+        "Refunded 38.00 USD against NW-1042" in answered[0]["content"]
+        and not answered[0]["is_error"]
+    )
+
+    # 3. From the approval request: the fork starts at the ledger lookup before it, so a call
+    #    performed since is answered, not asked again.
+    provide(PolicyProvider())
+    gate = fork(original, requested)
+    assert gate.status == "succeeded" and gate.approvals.count() == 0
+
+    # 4. Same call id, a different amount: refused before anyone is asked; nothing moves.
+    provide(
+        [
+            [],
+            [],
+            [],
+            [
+                call(
+                    "issue_refund",
+                    order_reference="NW-1042",
+                    amount_cents=4800,
+                    reason="stale beans",
+                )
+            ],
+            [say("done")],
+        ]
+    )
+    greedy = fork(original, asked)
+    assert (greedy.status, greedy.stop_reason) == ("failed", "ledger_mismatch"), greedy.summary
+    assert greedy.approvals.count() == 0
+    _, listing = replay_cmd(str(greedy.id))
+    assert "refused: ledger key" in listing
+
+    assert [r.amount_cents for r in Refund.objects.all()] == [3800]
+    assert LedgerEntry.objects.count() == 1
+    assert (Approval.objects.count(), OutboundEmail.objects.count()) == (approvals, emails)
+    assert_every_effect_was_approved()
+
+    # Where a fork may not start, and who may not start one: one sentence each.
+    final = seq_of(original, kind="final")
+    decided = seq_of(original, kind="approval", result__event="approved")
+    for n, words in [
+        (decided, "settles an approval that belongs to the original run"),
+        (paid, "is an approved irreversible effect of the original run"),
+        (final, "is where the run ended"),
+        (999, f"has no step 999; its steps are 1 to {final}"),
+    ]:
+        code, out = replay_cmd(str(original.id), "--fork-from", str(n), "--as", OWNER)
+        assert code != 0 and words in out, out
+    code, out = replay_cmd(
+        str(original.id), "--fork-from", str(after), "--as", "viewer@northwind.test"
+    )
+    assert code != 0 and "is a viewer at Northwind" in out
+    code, out = replay_cmd(str(original.id), "--fork-from", str(after), "--as", "owner@lumen.test")
+    assert code != 0 and out == f"no run {original.id}."
+    code, out = replay_cmd(str(original.id), "--fork-from", str(after))
+    assert code != 0 and "--as EMAIL" in out
+
+    blocker = run_create(ticket=Ticket.objects.get(reference="NW-1"), user=user(OWNER))
+    code, out = replay_cmd(str(original.id), "--fork-from", str(after), "--as", OWNER)
+    assert code != 0 and f"already has an open run ({blocker.id}, queued)" in out
+    Run.objects.filter(pk=blocker.pk).update(status="cancelled")
+    assert Run.objects.filter(forked_from=original).count() == 4
