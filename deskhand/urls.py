@@ -1,6 +1,44 @@
+"""Top-level URLs: sign-in, the console, the audit desk (admin), static files.
+
+Static files are served by Django itself (``staticfiles``' finder view) so the
+ASGI process alone — ``python -m uvicorn deskhand.asgi:application`` — is a
+complete web server for the demo; behind a real proxy, serve ``collectstatic``
+output from the proxy instead and drop the route.
+"""
+
+from __future__ import annotations
+
+import mimetypes
+from pathlib import Path
+
 from django.contrib import admin
-from django.urls import path
+from django.contrib.auth.views import LogoutView
+from django.contrib.staticfiles import finders
+from django.http import Http404, HttpRequest, HttpResponse
+from django.urls import include, path, re_path
+
+from deskhand.console.auth import login_view
+
+
+def static_file(request: HttpRequest, path: str) -> HttpResponse:
+    """A static file by its finder path (whole-body response: no sync iterator under ASGI)."""
+    found = finders.find(path.lstrip("/"))
+    if not found or not Path(found).is_file():
+        raise Http404("no such static file")
+    content_type = mimetypes.guess_type(found)[0] or "application/octet-stream"
+    response = HttpResponse(Path(found).read_bytes(), content_type=content_type)
+    response["Cache-Control"] = "public, max-age=300"
+    return response
+
+
+admin.site.site_header = "Deskhand audit desk"
+admin.site.site_title = "Deskhand audit"
+admin.site.index_title = "Read-only audit trail (every merchant)"
 
 urlpatterns = [
+    path("accounts/login/", login_view, name="login"),
+    path("accounts/logout/", LogoutView.as_view(), name="logout"),
     path("admin/", admin.site.urls),
+    re_path(r"^static/(?P<path>.+)$", static_file),
+    path("", include("deskhand.console.urls")),
 ]

@@ -1,0 +1,27 @@
+"""The console's URLs: paths a person can read (``/tickets/NW-1/``, ``/runs/<id>/``)."""
+
+from __future__ import annotations
+
+from django.urls import path
+
+from deskhand.console import sse, views
+
+app_name = "console"
+
+urlpatterns = [
+    path("", views.home, name="home"),
+    path("tickets/", views.tickets, name="tickets"),
+    path("tickets/<str:reference>/", views.ticket, name="ticket"),
+    path("tickets/<str:reference>/run", views.ticket_run, name="ticket_run"),
+    path("runs/", views.runs, name="runs"),
+    path("runs/stream", sse.runs_stream, name="runs_stream"),
+    path("runs/<uuid:run_id>/", views.run, name="run"),
+    path("runs/<uuid:run_id>/stream", sse.run_stream, name="run_stream"),
+    path("runs/<uuid:run_id>/steps", views.run_steps, name="run_steps"),
+    path("runs/<uuid:run_id>/cancel", views.run_cancel_view, name="run_cancel"),
+    path("runs/<uuid:run_id>/steer", views.run_steer_view, name="run_steer"),
+    path("runs/<uuid:run_id>/steps/<int:seq>/undo", views.step_undo_view, name="step_undo"),
+    path("approvals/", views.approvals, name="approvals"),
+    path("approvals/<uuid:approval_id>/decide", views.approval_decide_view, name="approval_decide"),
+    path("usage/", views.usage, name="usage"),
+]

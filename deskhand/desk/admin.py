@@ -1,0 +1,181 @@
+"""The domain in the audit desk: merchants, people, customers, orders, refunds, tickets."""
+
+from __future__ import annotations
+
+from django.contrib import admin
+
+from agent.models import Run
+from deskhand.console.audit_admin import AuditAdmin, AuditInline, admin_link, admin_pk_link
+from deskhand.desk.models import (
+    Customer,
+    KbArticle,
+    Membership,
+    Merchant,
+    Order,
+    OrderItem,
+    OutboundEmail,
+    Refund,
+    Ticket,
+    TicketMessage,
+)
+
+
+class MembershipInline(AuditInline):
+    model = Membership
+    fields = ("user", "role")
+
+
+@admin.register(Merchant)
+class MerchantAdmin(AuditAdmin):
+    list_display = (
+        "name",
+        "slug",
+        "timezone",
+        "daily_spend_cap_micros",
+        "daily_refund_ceiling_cents",
+        "run_refund_ceiling_cents",
+    )
+    search_fields = ("name", "slug")
+    inlines = [MembershipInline]
+
+
+@admin.register(Membership)
+class MembershipAdmin(AuditAdmin):
+    list_display = ("user", "merchant", "role")
+    list_filter = ("merchant", "role")
+    search_fields = ("user__email",)
+    list_select_related = ("user", "merchant")
+
+
+@admin.register(Customer)
+class CustomerAdmin(AuditAdmin):
+    list_display = ("name", "email", "merchant")
+    list_filter = ("merchant",)
+    search_fields = ("name", "email")
+    list_select_related = ("merchant",)
+
+
+class OrderItemInline(AuditInline):
+    model = OrderItem
+    fields = ("sku", "description", "quantity", "unit_price_cents")
+    show_change_link = False
+
+
+class RefundInline(AuditInline):
+    model = Refund
+    fields = ("amount_cents", "currency", "reason", "run", "ledger_entry", "created_at")
+    readonly_fields = fields
+    fk_name = "order"
+
+
+@admin.register(Order)
+class OrderAdmin(AuditAdmin):
+    list_display = (
+        "reference",
+        "merchant",
+        "customer",
+        "status",
+        "total_cents",
+        "placed_at",
+        "delivered_at",
+    )
+    list_filter = ("merchant", "status", ("placed_at", admin.DateFieldListFilter))
+    search_fields = ("reference", "customer__email")
+    list_select_related = ("merchant", "customer")
+    date_hierarchy = "placed_at"
+    inlines = [OrderItemInline, RefundInline]
+
+
+@admin.register(Refund)
+class RefundAdmin(AuditAdmin):
+    list_display = (
+        "id",
+        "merchant",
+        "order_link",
+        "amount_cents",
+        "currency",
+        "run_link",
+        "ledger_link",
+        "created_at",
+    )
+    list_filter = ("merchant", ("created_at", admin.DateFieldListFilter))
+    search_fields = ("order__reference", "ledger_entry__key", "=run__id")
+    list_select_related = ("merchant", "order", "ledger_entry")
+    date_hierarchy = "created_at"
+
+    @admin.display(description="order", ordering="order__reference")
+    def order_link(self, obj: Refund) -> str:
+        return admin_link(obj.order, obj.order.reference)
+
+    @admin.display(description="run")
+    def run_link(self, obj: Refund) -> str:
+        return admin_pk_link(Run, obj.run_id, str(obj.run_id)[:8])
+
+    @admin.display(description="ledger entry")
+    def ledger_link(self, obj: Refund) -> str:
+        entry = obj.ledger_entry
+        return admin_link(entry, entry.key) if entry is not None else "—"
+
+
+class TicketMessageInline(AuditInline):
+    model = TicketMessage
+    fields = ("kind", "author", "body", "run", "created_at")
+    readonly_fields = fields
+    show_change_link = False
+
+
+@admin.register(Ticket)
+class TicketAdmin(AuditAdmin):
+    list_display = (
+        "reference",
+        "merchant",
+        "subject",
+        "customer",
+        "status",
+        "priority",
+        "created_at",
+    )
+    list_filter = ("merchant", "status", "priority", ("created_at", admin.DateFieldListFilter))
+    search_fields = ("reference", "subject", "customer__email")
+    list_select_related = ("merchant", "customer")
+    inlines = [TicketMessageInline]
+
+
+@admin.register(OutboundEmail)
+class OutboundEmailAdmin(AuditAdmin):
+    list_display = (
+        "id",
+        "merchant",
+        "customer",
+        "subject",
+        "ticket",
+        "run_link",
+        "ledger_link",
+        "sent_at",
+    )
+    list_filter = ("merchant", ("sent_at", admin.DateFieldListFilter))
+    search_fields = (
+        "subject",
+        "customer__email",
+        "ticket__reference",
+        "ledger_entry__key",
+        "=run__id",
+    )
+    list_select_related = ("merchant", "customer", "ticket", "ledger_entry")
+
+    @admin.display(description="run")
+    def run_link(self, obj: OutboundEmail) -> str:
+        return admin_pk_link(Run, obj.run_id, str(obj.run_id)[:8])
+
+    @admin.display(description="ledger entry")
+    def ledger_link(self, obj: OutboundEmail) -> str:
+        entry = obj.ledger_entry
+        return admin_link(entry, entry.key) if entry is not None else "—"
+
+
+@admin.register(KbArticle)
+class KbArticleAdmin(AuditAdmin):
+    list_display = ("title", "slug", "merchant")
+    list_filter = ("merchant",)
+    search_fields = ("title", "slug")
+    exclude = ("search",)
