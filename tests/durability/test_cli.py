@@ -77,12 +77,21 @@ def test_a_second_open_run_on_a_ticket_is_refused(dbos_executor):
             ],
             "no approval",
         ),
-        (["decide", "xyz", "maybe", "--as", "owner@northwind.test"], "invalid choice"),
     ],
 )
-def test_bad_input_exits_non_zero_with_one_sentence(tseeded, args, message):
-    result = manage(*args)
-    assert result.returncode != 0
-    assert message in result.stderr
-    assert "Traceback" not in result.stderr
+def test_bad_input_is_refused_with_one_sentence(tseeded, args, message):
+    with pytest.raises(CommandError, match=message):
+        call_command(*args)
+    assert Run.objects.count() == 0
+
+
+def test_a_refusal_exits_non_zero_without_a_traceback(tseeded):
+    for args, message in (
+        (["run_ticket", "NW-99"], "no ticket 'NW-99'"),
+        (["decide", "xyz", "maybe", "--as", "a@b.c"], "invalid choice"),
+    ):
+        result = manage(*args)
+        assert result.returncode != 0
+        assert message in result.stderr
+        assert "Traceback" not in result.stderr
     assert Run.objects.count() == 0
