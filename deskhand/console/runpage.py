@@ -66,3 +66,24 @@ def steps_context(run: Run, after: int = 0, *, can_act: bool = False) -> dict[st
         "spend": present.spend(run, steps) if not after else None,
         "can_act": can_act,
     }
+
+
+def undoable_items(run: Run, *, up_to: int, can_act: bool) -> list[present.StepView]:
+    """Steps already on the page that became undoable because the run just ended (re-sent out of band)."""
+    if not can_act or run.is_open or up_to <= 0:
+        return []
+    steps = list(
+        Step.objects.filter(
+            run_id=run.pk,
+            seq__lte=up_to,
+            kind="tool",
+            inverse__isnull=False,
+            undone_by__isnull=True,
+        ).order_by("seq")
+    )
+    if not steps:
+        return []
+    peak_ms, peak_cost = step_peaks(run.pk)
+    return [
+        v for v in present.timeline(run, steps, peak_ms=peak_ms, peak_cost=peak_cost) if v.undoable
+    ]

@@ -202,6 +202,10 @@ def _read_run(
         if steps or terminal:
             pctx = runpage.panel_context(run, membership)
             panel = render_to_string("console/run.html#panel", pctx, request=request)
+            for item in runpage.undoable_items(run, up_to=after, can_act=membership.can_act):
+                panel += render_to_string(
+                    "console/run.html#step", {**ctx, "item": item, "oob": True}, request=request
+                )
             if pctx["actions_sig"] != actions_sig:
                 sig = pctx["actions_sig"]
                 actions = render_to_string("console/run.html#actions", pctx, request=request)

@@ -198,6 +198,7 @@ def run_steps(request: ConsoleRequest, run_id: uuid.UUID) -> HttpResponse:
         **runpage.steps_context(found, after=int(after_raw), can_act=can_act),
     }
     context["actions_changed"] = request.GET.get("actions") != context["actions_sig"]
+    context["reissued"] = runpage.undoable_items(found, up_to=int(after_raw), can_act=can_act)
     response = render(request, "console/run.html#poll", context)
     if found.status in TERMINAL_STATUSES:
         stop = HttpResponseStopPolling()  # 286: htmx stops polling; the final state is in the body

@@ -17,7 +17,14 @@ import pytest
 
 from agent.models import Run
 from approvals.models import Approval
-from tests.console.conftest import NW_OWNER, NW_VIEWER, PASSWORD, make_approval, make_run
+from tests.console.conftest import (
+    NW_OWNER,
+    NW_VIEWER,
+    PASSWORD,
+    make_approval,
+    make_run,
+    model_step,
+)
 
 pytestmark = [pytest.mark.browser, pytest.mark.timeout(300)]
 
@@ -113,6 +120,18 @@ def test_an_owner_runs_nw1_live_approves_and_sees_the_refund(browser, web_server
     run = Run.objects.get(pk=run_id)
     assert run.status == "succeeded" and run.refunds.exists()
     assert not [e for e in errors if "Content Security Policy" in e or "Refused" in e], errors
+    context.close()
+
+
+def test_the_runs_list_shows_a_new_run_without_reloading(browser, web_server):
+    context, page = sign_in(browser, web_server, NW_OWNER)
+    page.goto(f"{web_server.url}/runs/")
+    page.evaluate("window.__noReload = true")
+    page.wait_for_timeout(500)  # let the stream connect
+    run = make_run("NW-2")
+    model_step(run, 1, text="reading the ticket")
+    page.wait_for_selector(f"#run-{run.pk}", timeout=5_000)
+    assert page.evaluate("window.__noReload === true")
     context.close()
 
 

@@ -202,6 +202,27 @@ def test_the_actions_are_resent_only_when_a_gate_opens(web_server):
         reader.close()
 
 
+def test_when_the_run_ends_its_reversible_steps_get_their_undo_button_live(web_server):
+    run = make_run("NW-1")
+    log_step(
+        run_id=str(run.pk),
+        seq=1,
+        kind="tool",
+        tool="set_priority",
+        risk="reversible",
+        result={"text": "ok"},
+        inverse={"op": "set_priority", "ticket_id": run.ticket_id, "priority": "normal"},
+    )
+    reader = SSEReader(web_server, f"/runs/{run.pk}/stream?after=1", session_cookie(NW_OWNER))
+    try:
+        Run.objects.filter(pk=run.pk).update(status="succeeded", stop_reason="end_turn")
+        log_step(run_id=str(run.pk), seq=2, kind="final", result={"status": "succeeded"})
+        panel = next(e for e in reader.until("done") if e.event == "run")
+        assert 'id="step-1" hx-swap-oob="true"' in panel.data and "Undo this" in panel.data
+    finally:
+        reader.close()
+
+
 def test_a_finished_run_replays_its_history_and_closes(web_server):
     run = make_run("NW-1", status="succeeded")
     for seq in (1, 2, 3):

@@ -6,7 +6,9 @@ import re
 
 import pytest
 from django.test import Client, override_settings
+from django.utils import timezone
 
+from approvals.models import Approval
 from tests.console.conftest import (
     NW_OWNER,
     client_for,
@@ -155,3 +157,22 @@ def test_a_staff_auditor_without_a_merchant_is_pointed_at_the_admin(seeded):
     response = client_for("auditor@deskhand.test").get("/runs/")
     assert response.status_code == 403
     assert "/admin/" in response.content.decode()
+
+
+def test_the_inbox_lays_arguments_beside_the_order_and_flags_escalation(world):
+    _, approval = world
+    Approval.objects.filter(pk=approval.pk).update(escalated_at=timezone.now())
+    body = client_for(NW_OWNER).get("/approvals/").content.decode()
+    for fact in (
+        "$19.00 (1900 cents)",
+        "NW-1042",
+        "Refunded so far",
+        "Left to refund",
+        "Delivered",
+        "escalated",
+        "Requested 5m",
+        "expires in 22h",
+        approval.args_hash[:12],
+    ):
+        assert fact in body, fact
+    assert 'data-countdown="' in body
