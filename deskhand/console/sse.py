@@ -52,6 +52,9 @@ RESYNC = "*"
 # --- one LISTEN per process ---------------------------------------------------------
 
 
+_CONNINFO_OPTIONS = ("sslmode", "sslrootcert", "sslcert", "sslkey", "connect_timeout", "options")
+
+
 def _conninfo() -> str:
     sd = connections["default"].settings_dict
     params = {
@@ -61,6 +64,8 @@ def _conninfo() -> str:
         "host": sd.get("HOST") or None,
         "port": str(sd["PORT"]) if sd.get("PORT") else None,
     }
+    options = sd.get("OPTIONS") or {}
+    params.update({k: str(options[k]) for k in _CONNINFO_OPTIONS if options.get(k) is not None})
     return psycopg.conninfo.make_conninfo(**{k: v for k, v in params.items() if v})
 
 
