@@ -14,16 +14,25 @@ from typing import Any
 from django.db import transaction
 from django.utils import timezone
 
-from agent.models import Run, RunStatus, StepKind
+from agent.models import Run, RunStatus, Step, StepKind
 from agent.steplog import log_step
 from agent.tools import args_hash, get_tool
 from approvals.models import Approval, ApprovalStatus
+from approvals.services import approval_expire
 
 
 def gate_request(run_id: str, seq: int, call: dict[str, Any]) -> dict[str, Any]:
-    """Open (or find) the approval for this call and park the run on it."""
+    """Open (or find) the approval for this call and park the run on it.
+
+    One approval per (run, tool call id), ever: a step re-executed after a
+    crash, or a recovery after the approval expired, finds the same row and
+    never opens a fresh one. If that row was opened for different arguments
+    (a re-derived trajectory), it is returned unchanged and ``mismatch`` says
+    so; ``gate_resume`` will refuse it whatever a person decides.
+    """
     name, call_id, args = call["name"], call["id"], call["input"]
     tool = get_tool(name)
+    digest = args_hash(name, args)
     with transaction.atomic():
         run = Run.objects.select_for_update().select_related("merchant").get(pk=run_id)
         now = timezone.now()
@@ -34,37 +43,66 @@ def gate_request(run_id: str, seq: int, call: dict[str, Any]) -> dict[str, Any]:
                 "merchant_id": run.merchant_id,
                 "tool": name,
                 "arguments": args,
-                "args_hash": args_hash(name, args),
+                "args_hash": digest,
                 "preview": tool.preview(args) if tool.preview else name,
                 "requested_at": now,
                 "expires_at": now + dt.timedelta(seconds=run.merchant.approval_ttl_seconds),
             },
         )
+        differences = [] if created else _differences(approval, run_id, call_id, name, args, digest)
         if approval.status == ApprovalStatus.PENDING and run.status == RunStatus.RUNNING:
             run.status = RunStatus.AWAITING_APPROVAL
             run.save(update_fields=["status", "updated_at"])
         log_step(
-            run_id=run_id, seq=seq, kind=StepKind.APPROVAL, tool=name, tool_call_id=call_id, risk=tool.risk.value,
+            run_id=run_id,
+            seq=seq,
+            kind=StepKind.APPROVAL,
+            tool=name,
+            tool_call_id=call_id,
+            risk=tool.risk.value,
             arguments=args,
-            result={"event": "requested", "approval_id": str(approval.id), "preview": approval.preview,
-                    "args_hash": approval.args_hash, "expires_at": approval.expires_at.isoformat()},
+            result={
+                "event": "requested",
+                "approval_id": str(approval.id),
+                "status": approval.status,
+                "preview": approval.preview,
+                "args_hash": approval.args_hash,
+                "expires_at": approval.expires_at.isoformat(),
+                "reused": not created,
+                **({"mismatch": "; ".join(differences)} if differences else {}),
+            },
         )
     return {
         "approval_id": str(approval.id),
         "status": approval.status,
         "expires_at": approval.expires_at.isoformat(),
         "topic": approval.topic,
+        **({"mismatch": "; ".join(differences)} if differences else {}),
     }
 
 
 def gate_read(approval_id: str) -> dict[str, Any]:
     """The decision on record (a message alone is never authority)."""
     a = Approval.objects.get(pk=approval_id)
-    return {"status": a.status, "expires_at": a.expires_at.isoformat()}
+    return {
+        "status": a.status,
+        "expires_at": a.expires_at.isoformat(),
+        "escalated_at": a.escalated_at.isoformat() if a.escalated_at else None,
+    }
 
 
-def gate_resume(run_id: str, seq: int, call: dict[str, Any], approval_id: str, waited_seconds: float) -> dict[str, Any]:
+def gate_resume(
+    run_id: str, seq: int, call: dict[str, Any], approval_id: str, waited_seconds: float
+) -> dict[str, Any]:
     """Settle the wait: hand the waiting time back, then check the decision against the call.
+
+    ``waited_seconds`` is the loop's own measure of the wait; the larger of it and the
+    time since the approval was requested is handed back.
+
+    The decision row is the only authority: it must be approved, and be for
+    this run, this tool call, this tool and this exact argument hash. A run
+    that stops waiting while the approval is still pending expires it, so no
+    later decision can land on a call the run has given up on.
 
     Returns one of ``{"verdict": "approved"}``, ``{"verdict": "denied", "reason"}``,
     ``{"verdict": "expired"}`` or ``{"verdict": "mismatch", "detail"}``.
@@ -73,26 +111,32 @@ def gate_resume(run_id: str, seq: int, call: dict[str, Any], approval_id: str, w
     digest = args_hash(name, args)
     with transaction.atomic():
         run = Run.objects.select_for_update().get(pk=run_id)
-        approval = Approval.objects.select_for_update().get(pk=approval_id)
-        run.waited_seconds += max(0.0, waited_seconds)
+        approval = (
+            Approval.objects.select_for_update(of=("self",))
+            .select_related("decided_by")
+            .get(pk=approval_id)
+        )
+        # Time waiting for a person is handed back to the working deadline. It is counted from
+        # the approval's own ``requested_at`` (not only the loop's measured wait), so a worker
+        # killed between opening the approval and its first clock reading loses none of it.
+        waited = max(0.0, waited_seconds, (timezone.now() - approval.requested_at).total_seconds())
+        # Handed back once per approval: a resume step re-executed after a crash before its
+        # checkpoint finds the step row it wrote, and so does a second resume of the same approval.
+        already = (
+            Step.objects.filter(
+                run_id=run_id, kind=StepKind.APPROVAL, result__approval_id=approval_id
+            )
+            .exclude(result__event="requested")
+            .exists()
+        )
+        if not already:
+            run.waited_seconds += waited
         if run.status == RunStatus.AWAITING_APPROVAL:
             run.status = RunStatus.RUNNING
         run.save(update_fields=["waited_seconds", "status", "updated_at"])
-        if approval.status == ApprovalStatus.PENDING and approval.expires_at <= timezone.now():
-            approval.status = ApprovalStatus.EXPIRED
-            approval.save(update_fields=["status"])
-        differences = []
-        if str(approval.run_id) != run_id:
-            differences.append(f"approval belongs to run {approval.run_id}")
-        if approval.tool_call_id != call_id:
-            differences.append(f"approval is for call {approval.tool_call_id}, not {call_id}")
-        if approval.tool != name:
-            differences.append(f"approval is for {approval.tool}, not {name}")
-        if approval.args_hash != digest:
-            differences.append(
-                f"arguments changed after approval: approved {approval.args_hash[:12]}… "
-                f"{approval.arguments}, now {digest[:12]}… {args}"
-            )
+        if approval.status == ApprovalStatus.PENDING:
+            approval_expire(approval, why="nobody decided before it expired")
+        differences = _differences(approval, run_id, call_id, name, args, digest)
         if approval.status == ApprovalStatus.APPROVED and differences:
             verdict: dict[str, Any] = {"verdict": "mismatch", "detail": "; ".join(differences)}
         elif approval.status == ApprovalStatus.APPROVED:
@@ -102,13 +146,58 @@ def gate_resume(run_id: str, seq: int, call: dict[str, Any], approval_id: str, w
         else:
             verdict = {"verdict": "expired"}
         log_step(
-            run_id=run_id, seq=seq, kind=StepKind.APPROVAL, tool=name, tool_call_id=call_id, arguments=args,
-            result={"event": verdict["verdict"], "approval_id": approval_id, "waited_seconds": round(waited_seconds, 3),
-                    "decided_by": approval.decided_by.email if approval.decided_by else None,
-                    "reason": approval.reason, **({"detail": verdict["detail"]} if "detail" in verdict else {})},
+            run_id=run_id,
+            seq=seq,
+            kind=StepKind.APPROVAL,
+            tool=name,
+            tool_call_id=call_id,
+            arguments=args,
+            result={
+                "event": verdict["verdict"],
+                "approval_id": approval_id,
+                "waited_seconds": round(waited, 3),
+                "decided_by": approval.decided_by.email if approval.decided_by else None,
+                "decided_at": approval.decided_at.isoformat() if approval.decided_at else None,
+                "channel": approval.channel,
+                "reason": approval.reason,
+                "approved_hash": approval.args_hash,
+                "call_hash": digest,
+                "escalated_at": approval.escalated_at.isoformat()
+                if approval.escalated_at
+                else None,
+                **({"detail": verdict["detail"]} if "detail" in verdict else {}),
+            },
             ok=verdict["verdict"] in ("approved", "denied"),
         )
     return verdict
+
+
+def _differences(
+    approval: Approval, run_id: str, call_id: str, name: str, args: dict[str, Any], digest: str
+) -> list[str]:
+    """What differs between the approval on record and the call about to run, in words."""
+    out = []
+    if str(approval.run_id) != run_id:
+        out.append(f"the approval belongs to run {approval.run_id}, not {run_id}")
+    if approval.tool_call_id != call_id:
+        out.append(f"the approval is for call {approval.tool_call_id}, not {call_id}")
+    if approval.tool != name:
+        out.append(f"the approval is for {approval.tool}, not {name}")
+    if approval.args_hash != digest:
+        approved = approval.arguments if isinstance(approval.arguments, dict) else {}
+        changed = [
+            f"{key} approved {approved.get(key, '(absent)')!r}, now {args.get(key, '(absent)')!r}"
+            for key in sorted(set(approved) | set(args))
+            if approved.get(key, _ABSENT) != args.get(key, _ABSENT)
+        ]
+        out.append(
+            f"the arguments changed after approval ({'; '.join(changed) or 'same values, different hash'}): "
+            f"approved hash {approval.args_hash[:12]}, call hash {digest[:12]}"
+        )
+    return out
+
+
+_ABSENT = object()
 
 
 DENIAL_TEXT = (

@@ -98,10 +98,12 @@ def register_queues(poll_sec: float | None = None) -> None:
 def launch_executor(executor_id: str, **overrides: Any) -> None:
     """Launch DBOS in this process as the executor ``executor_id`` (worker and tests only)."""
     import agent.workflow  # noqa: F401  (registers the workflow before launch)
+    from approvals.sweep import register_schedule  # registers the escalation sweep before launch
 
     DBOS(config=config(executor_id, **overrides))
     DBOS.launch()
     register_queues()
+    register_schedule()
 
 
 def migrate_system_schema(alias: str = "default") -> None:

@@ -1,0 +1,70 @@
+"""``python manage.py approvals [--merchant M] [--pending] [--json]``: what is waiting for a person."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandError
+from django.utils import timezone
+
+from approvals.selectors import approval_row, approvals_list, duration
+from deskhand.desk.models import Merchant
+
+
+class Command(BaseCommand):
+    help = "List approvals: id, run, tool, preview, hash, age and expiry (escalated ones flagged)."
+
+    def add_arguments(self, parser: Any) -> None:
+        parser.add_argument("--merchant", help="only this merchant (its slug, e.g. northwind)")
+        parser.add_argument(
+            "--pending", action="store_true", help="only approvals still waiting for a decision"
+        )
+        parser.add_argument("--json", action="store_true", help="one JSON object per line")
+        parser.add_argument("--limit", type=int, default=200)
+
+    def handle(self, *args: Any, **opts: Any) -> None:
+        slug = opts["merchant"]
+        if slug and not Merchant.objects.filter(slug=slug).exists():
+            raise CommandError(f"no merchant {slug!r}.")
+        if opts["limit"] < 1:
+            raise CommandError("--limit must be at least 1.")
+        now = timezone.now()
+        rows = [
+            approval_row(a, now=now)
+            for a in approvals_list(merchant_slug=slug, pending_only=opts["pending"])[
+                : opts["limit"]
+            ]
+        ]
+        if opts["json"]:
+            for row in rows:
+                self.stdout.write(json.dumps(row, sort_keys=True))
+            return
+        if not rows:
+            self.stdout.write(
+                "no approvals"
+                + (" pending" if opts["pending"] else "")
+                + (f" at {slug}" if slug else "")
+                + "."
+            )
+            return
+        for row in rows:
+            self.stdout.write(_line(row))
+
+
+def _line(row: dict[str, Any]) -> str:
+    if row["status"] == "pending":
+        expiry = (
+            f"expires in {duration(row['expires_in_seconds'])}"
+            if row["expires_in_seconds"] > 0
+            else "expired"
+        )
+    else:
+        by = f" by {row['decided_by']}" if row["decided_by"] else ""
+        expiry = f"{row['status']}{by}"
+    flag = "  ESCALATED" if row["escalated"] else ""
+    preview = row["preview"].splitlines()[0] if row["preview"] else row["tool"]
+    return (
+        f"{row['id']}  {row['status']:<8}  run {row['run_id']} ({row['ticket']})  {row['tool']}  "
+        f"hash {row['args_hash'][:12]}  age {duration(row['age_seconds'])}  {expiry}{flag}\n    {preview}"
+    )
