@@ -49,7 +49,7 @@ def by_name(name: str) -> Scenario:
     return next(s for s in SCENARIOS if s.name == name)
 
 
-from agent.evals.scenarios import (  # noqa: E402,F401  (registration order is the run order)
+from agent.evals.scenarios import (  # noqa: E402,F401  (registers them)
     accountability,
     boundedness,
     consent,
@@ -57,3 +57,6 @@ from agent.evals.scenarios import (  # noqa: E402,F401  (registration order is t
     integrity,
     resilience,
 )
+
+# Run in the order the invariants are listed; within one, in the order they are written.
+SCENARIOS.sort(key=lambda s: INVARIANTS.index(s.invariant))

@@ -18,6 +18,7 @@ from agent.bounds import day_start
 from agent.evals.harness import APPROVE, LEAVE, Harness, deny, expect, expect_eq
 from agent.evals.scenarios import scenario
 from agent.evals.trajectory import Trajectory
+from agent.models import Run
 from agent.providers.scripted import PolicyProvider, ScriptedProvider, call, say
 from deskhand.desk.models import Refund
 
@@ -71,13 +72,15 @@ def the_deadline(h: Harness) -> None:
 
 @scenario("boundedness", "time spent waiting for a person is handed back to the deadline")
 def the_deadline_does_not_count_waiting(h: Harness) -> None:
-    run = h.start("NW-1", deadline_seconds=2, deadline_at=timezone.now() + dt.timedelta(seconds=2))
+    run = h.start("NW-1")
     h.drive(run, LEAVE)
-    time.sleep(2.5)  # past the deadline, had waiting counted
+    # Three seconds of working time left when the run parks; a person takes longer than that.
+    Run.objects.filter(pk=run.pk).update(deadline_at=timezone.now() + dt.timedelta(seconds=3))
+    time.sleep(3.5)
     t = h.drive(run, APPROVE)
     expect_eq((t.status, t.stop_reason), ("succeeded", "end_turn"), "terminal state")
     expect_eq(t.refunds, [("NW-1042", 3800)], "refunds")
-    expect(t.run.waited_seconds >= 2.0, f"waited seconds handed back: {t.run.waited_seconds}")
+    expect(t.run.waited_seconds >= 3.5, f"waited seconds handed back: {t.run.waited_seconds}")
 
 
 @scenario("boundedness", "the merchant's daily spend cap counts this run's own spend")

@@ -160,7 +160,7 @@ def lu2_approving_one_gate_never_unlocks_the_other(h: Harness) -> None:
 @scenario("consent", "an approval nobody answers expires loudly, distinct from a denial")
 def an_unanswered_approval_expires_loudly(h: Harness) -> None:
     merchant = h.merchant("northwind")
-    merchant.approval_ttl_seconds = 1
+    merchant.approval_ttl_seconds = 2
     merchant.save(update_fields=["approval_ttl_seconds"])
     run = h.start("NW-1")
     h.drive(run, LEAVE)
