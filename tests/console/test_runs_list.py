@@ -58,12 +58,13 @@ def test_keyset_pages_cover_every_run_once(seeded):
     assert seen == expected and len(seen) == 130
 
 
-@pytest.mark.timeout(240)
+@pytest.mark.timeout(600)
 def test_a_hundred_thousand_runs_list_fast_on_an_index(seeded, django_assert_max_num_queries):
     started = time.monotonic()
     synthetic_generate(100_000, seed=11)
-    # ~20 s on an idle two-core machine; the bound leaves room for a busy CI box.
-    assert time.monotonic() - started < 120, "synthetic volume must be quick to make"
+    # ~20 s on an idle two-core machine. The bound only catches a slide back to row-by-row
+    # inserts (tens of minutes); a shared, loaded box can make COPY itself several times slower.
+    assert time.monotonic() - started < 300, "synthetic volume must be quick to make"
     merchant = Merchant.objects.get(slug="northwind")
     c = client_for(NW_OWNER)
 
