@@ -125,7 +125,7 @@ def repeated_call(run: Run) -> dict[str, Any] | None:
     that keeps asking for what was refused is stopped like one that keeps
     reading the same record. An approved call is counted once, by its tool step.
     """
-    return (
+    found = (
         Step.objects.filter(run_id=run.pk)
         .filter(Q(kind=StepKind.TOOL) | Q(kind=StepKind.APPROVAL, result__event="denied"))
         .order_by()
@@ -135,6 +135,7 @@ def repeated_call(run: Run) -> dict[str, Any] | None:
         .order_by("-n", "tool")
         .first()
     )
+    return dict(found) if found else None
 
 
 def check_loop(run: Run, now: dt.datetime) -> Hit | None:

@@ -189,7 +189,7 @@ def _admin(sql: str, dbname: str) -> None:
                 dbname=name,
                 autocommit=True,
             ) as conn:
-                conn.execute(sql)  # type: ignore[arg-type]
+                conn.execute(sql.encode())
                 return
         except psycopg.OperationalError as exc:
             last = exc

@@ -158,7 +158,9 @@ class Trajectory:
         for e in OutboundEmail.objects.filter(run_id=self.run.pk).select_related(
             "ticket", "ledger_entry__approval__decided_by"
         ):
-            out.append(self._effect("email", e.ticket.reference, 0, e.ledger_entry))
+            out.append(
+                self._effect("email", e.ticket.reference if e.ticket else "?", 0, e.ledger_entry)
+            )
         for o in Order.objects.filter(cancel_ledger_entry__run_id=self.run.pk).select_related(
             "cancel_ledger_entry__approval__decided_by"
         ):

@@ -72,7 +72,20 @@ def the_deadline(h: Harness) -> None:
 
 @scenario("boundedness", "time spent waiting for a person is handed back to the deadline")
 def the_deadline_does_not_count_waiting(h: Harness) -> None:
-    run = h.start("NW-1")
+    script = ScriptedProvider(
+        [
+            [
+                call(
+                    "issue_refund",
+                    order_reference="NW-1042",
+                    amount_cents=3800,
+                    reason="stale beans",
+                )
+            ],
+            [say("Refunded 38.00 after approval.")],
+        ]
+    )
+    run = h.start("NW-1", script)
     h.drive(run, LEAVE)
     # Three seconds of working time left when the run parks; a person takes longer than that.
     Run.objects.filter(pk=run.pk).update(deadline_at=timezone.now() + dt.timedelta(seconds=3))
