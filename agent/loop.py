@@ -144,6 +144,10 @@ class Loop:
         request = await self.rt.step(
             "gate.request", gate_request, self.run_id, self._next_seq(), call
         )
+        if request.get("mismatch"):
+            # A re-derived call under an existing approval: refuse now rather than ask a
+            # person to decide something that could only fail at resume.
+            raise Stop(RunStatus.FAILED, "approval_mismatch", request["mismatch"])
         approval_id = request["approval_id"]
         expires_at = dt.datetime.fromisoformat(request["expires_at"])
         waited_from = await self.rt.now()

@@ -18,7 +18,7 @@ from django.utils import timezone
 
 from agent.models import OPEN_STATUSES, Run, RunStatus, StopReason
 from agent.runs import run_mark_failed
-from approvals.models import Approval, ApprovalStatus
+from approvals.models import STEER_TOPIC, Approval, ApprovalStatus, StaffNote
 
 log = logging.getLogger(__name__)
 
@@ -83,6 +83,7 @@ def reconcile(now: dt.datetime | None = None) -> dict[str, int]:
                     )
                     counts["cancelled"] += 1
     counts["resent"] = resend_undelivered()
+    resend_recent_notes()  # idempotent; not counted, it re-sends every recent note each pass
     return counts
 
 
@@ -99,4 +100,30 @@ def resend_undelivered() -> int:
             sent += 1
         except Exception:
             log.exception("re-sending decision for approval %s failed", approval.id)
+    return sent
+
+
+def resend_recent_notes() -> int:
+    """Re-send recent staff notes to open runs. Sends are keyed ``note:<id>``, so a note
+    that was delivered is not delivered again; one whose send failed arrives now."""
+    from deskhand.dbos_setup import client
+
+    now = timezone.now()
+    sent = 0
+    notes = StaffNote.objects.filter(
+        run__status__in=OPEN_STATUSES,
+        created_at__lt=now - dt.timedelta(seconds=2),
+        created_at__gte=now - dt.timedelta(hours=1),
+    )[:500]
+    for note in notes:
+        try:
+            client().send(
+                str(note.run_id),
+                {"note_id": note.pk},
+                STEER_TOPIC,
+                idempotency_key=f"note:{note.pk}",
+            )
+            sent += 1
+        except Exception:
+            log.exception("re-sending staff note %s failed", note.pk)
     return sent

@@ -200,7 +200,11 @@ def run_finish(
         if run.status in TERMINAL_STATUSES:
             return {"status": run.status, "stop_reason": run.stop_reason}
         facts = effects_summary(run_id)
-        parts = [p for p in (model_text.strip(), f"Effects:\n{facts}") if p]
+        # The ledger's facts first; the model's own words are labelled as such, because
+        # a model can claim anything ("Refunded") and only the ledger knows.
+        parts = [f"Effects:\n{facts}"]
+        if model_text.strip():
+            parts.append(f"Agent's account:\n{model_text.strip()}")
         if status != RunStatus.SUCCEEDED:
             parts.insert(0, f"Stopped: {reason}" + (f" — {detail}" if detail else "") + ".")
         run.status, run.stop_reason, run.stop_detail = status, reason, detail

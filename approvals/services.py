@@ -164,5 +164,10 @@ def run_steer(*, run: Run, user: Any, body: str, channel: str = Channel.CLI) -> 
             channel=channel,
             detail={"note": note.pk, "body": body},
         )
-    client().send(str(run.id), {"note_id": note.pk}, STEER_TOPIC, idempotency_key=f"note:{note.pk}")
+    try:
+        client().send(
+            str(run.id), {"note_id": note.pk}, STEER_TOPIC, idempotency_key=f"note:{note.pk}"
+        )
+    except Exception:  # the note is recorded; the reconciler re-sends it with the same key
+        log.exception("sending staff note %s failed; the reconciler will retry", note.pk)
     return note

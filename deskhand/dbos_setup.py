@@ -17,10 +17,9 @@ from typing import Any
 
 import sqlalchemy as sa
 import yaml
+from dbos import DBOS, DBOSClient, DBOSConfig, DBOSPortableJSONSerializer
 from django.conf import settings
 from django.db import connections
-
-from dbos import DBOS, DBOSClient, DBOSConfig, DBOSPortableJSONSerializer
 
 CONFIG_FILE = Path(settings.BASE_DIR) / "dbos-config.yaml"
 
@@ -58,7 +57,9 @@ def database_url(alias: str = "default") -> str:
 def check_system_database(url: str, alias: str = "default") -> None:
     """Refuse to run unless DBOS's system database is the Django database."""
     if not url.startswith("postgresql"):
-        raise DBOSSetupError(f"DBOS system database must be the Django Postgres database, not {url!r}")
+        raise DBOSSetupError(
+            f"DBOS system database must be the Django Postgres database, not {url!r}"
+        )
     name = connections[alias].settings_dict["NAME"]
     if sa.make_url(url).database != name:
         raise DBOSSetupError("DBOS system database differs from the Django database")

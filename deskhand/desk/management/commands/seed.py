@@ -308,8 +308,25 @@ class Command(BaseCommand):
             action="store_true",
             help="Delete all domain data (and every run, approval and audit event) first.",
         )
+        parser.add_argument(
+            "--synthetic",
+            type=int,
+            metavar="N",
+            help="After seeding, add N finished runs with steps, approvals and ledger rows.",
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
+        if options.get("synthetic") is not None and options["synthetic"] < 1:
+            raise CommandError("--synthetic takes a positive number of runs.")
+        self._seed(options)
+        if options.get("synthetic"):
+            from deskhand.desk.synthetic import synthetic_generate
+
+            made = synthetic_generate(options["synthetic"])
+            if options["verbosity"] >= 1:
+                self.stdout.write(f"synthetic: {made}")
+
+    def _seed(self, options: dict[str, Any]) -> None:
         slugs = [m.slug for m in MERCHANTS]
         with transaction.atomic():
             if options["reset"]:
