@@ -111,7 +111,7 @@ def migrate_system_schema(alias: str = "default") -> None:
     """Create or upgrade DBOS's schema in the Django database (from a Django migration)."""
     url = database_url(alias)
     check_system_database(url, alias)
-    DBOS.migrate(url)  # type: ignore[attr-defined]
+    DBOS.migrate(url)
 
 
 _client_lock = threading.Lock()
