@@ -13,7 +13,7 @@ import pytest
 
 from agent.models import LedgerEntry, Run, Step
 from agent.providers.scripted import PolicyProvider, call, say
-from agent.runs import run_create
+from agent.runs import effects_summary, run_create
 from approvals.models import Approval, AuditEvent
 from deskhand.dbos_setup import client
 from deskhand.desk.models import OutboundEmail, Refund, Ticket
@@ -40,7 +40,7 @@ def seq_of(run: Run, **filters: object) -> int:
 
 
 def test_forks_never_pay_twice_and_a_different_amount_under_the_same_call_is_refused(
-    dbos_executor, provide
+    dbos_executor, provide, monkeypatch
 ):
     original = wait_parked(str(start("NW-1", OWNER).id))
     decide(original, OWNER)
@@ -83,7 +83,8 @@ def test_forks_never_pay_twice_and_a_different_amount_under_the_same_call_is_ref
     again = fork(original, asked)
     assert again.status == "succeeded", again.summary
     assert again.approvals.count() == 0
-    assert "Refunded" not in again.summary.split("Effects:")[1]  # the fork itself moved no money
+    assert not LedgerEntry.objects.filter(run=again).exists()  # the fork itself moved no money
+    assert "No money moved" in effects_summary(str(again.id))
     _, listing = replay_cmd(str(again.id))
     ledger_lines = [
         ln for ln in listing.splitlines() if " ledger " in ln and "answered from the ledger" in ln
@@ -159,8 +160,23 @@ def test_forks_never_pay_twice_and_a_different_amount_under_the_same_call_is_ref
     code, out = replay_cmd(str(original.id), "--fork-from", str(after))
     assert code != 0 and "--as EMAIL" in out
 
+    # A DBOS fork that raises leaves a truthful, terminal fork and a free ticket.
+    def refuse(*args: object, **kwargs: object) -> None:
+        raise RuntimeError("system database unavailable")
+
+    monkeypatch.setattr(type(client()), "fork_workflow", refuse)
+    code, out = replay_cmd(str(original.id), "--fork-from", str(after), "--as", OWNER)
+    assert (
+        code != 0
+        and "could not be started: could not fork: RuntimeError: system database unavailable" in out
+    )
+    lost = Run.objects.get(forked_from=original, stop_reason="enqueue_failed")
+    assert lost.status == "failed"
+    assert not client().list_workflows(workflow_ids=[str(lost.id)])
+    monkeypatch.undo()
+
     blocker = run_create(ticket=Ticket.objects.get(reference="NW-1"), user=user(OWNER))
     code, out = replay_cmd(str(original.id), "--fork-from", str(after), "--as", OWNER)
     assert code != 0 and f"already has an open run ({blocker.id}, queued)" in out
     Run.objects.filter(pk=blocker.pk).update(status="cancelled")
-    assert Run.objects.filter(forked_from=original).count() == 4
+    assert Run.objects.filter(forked_from=original).count() == 5

@@ -340,8 +340,8 @@ class Command(BaseCommand):
         except (RunRefused, NotAllowed) as exc:
             raise CommandError(str(exc)) from None
         self.stdout.write(str(fork.id))
+        if fork.status == "failed" and fork.stop_reason == "enqueue_failed":
+            raise CommandError(f"the fork {fork.id} could not be started: {fork.stop_detail}")
         if opts["wait"]:
             fork = wait_for_rest(fork, opts["timeout"])
-            print_outcome(self, fork, False)
-        elif fork.status == "failed":
             print_outcome(self, fork, False)
