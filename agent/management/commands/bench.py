@@ -63,19 +63,30 @@ def _register_workflows() -> dict[str, Any]:
             out.append(time.perf_counter() - t)
         return out
 
+    def django_read() -> None:
+        # What agent.workflow._in_thread wraps around every step body, with a one-row read.
+        close_old_connections()
+        try:
+            with connections["default"].cursor() as cur:
+                cur.execute("SELECT 1")
+        finally:
+            close_old_connections()
+
     @DBOS.workflow(name="deskhand.bench.async_steps")
-    async def async_steps(n: int) -> list[float]:
+    async def async_steps(n: int, django: bool) -> list[float]:
+        fn = django_read if django else noop
+
         async def body() -> None:
-            return await asyncio.to_thread(noop)
+            return await asyncio.to_thread(fn)
 
         out = []
         for _ in range(n):
             t = time.perf_counter()
-            await DBOS.run_step_async({"name": "bench.noop"}, body)
+            await DBOS.run_step_async({"name": "bench.step"}, body)
             out.append(time.perf_counter() - t)
         return out
 
-    _registered.update(sync_steps=sync_steps, async_steps=async_steps)
+    _registered.update(sync_steps=sync_steps, async_steps=async_steps, django_read=django_read)
     return _registered
 
 
@@ -316,7 +327,28 @@ class Command(BaseCommand):
             conn.commit()
         wf = _register_workflows()
         sync = DBOS.start_workflow(wf["sync_steps"], self.opts["samples"] + 10).get_result()[10:]
-        shaped = DBOS.start_workflow(wf["async_steps"], self.opts["samples"] + 10).get_result()[10:]
+        shaped = DBOS.start_workflow(
+            wf["async_steps"], self.opts["samples"] + 10, False
+        ).get_result()[10:]
+        django = DBOS.start_workflow(
+            wf["async_steps"], self.opts["samples"] + 10, True
+        ).get_result()[10:]
+        # The same with persistent connections: what CONN_MAX_AGE > 0 would buy every step.
+        db = settings.DATABASES["default"]
+        age = db.get("CONN_MAX_AGE")
+        db["CONN_MAX_AGE"] = 60
+        try:
+            kept = DBOS.start_workflow(
+                wf["async_steps"], self.opts["samples"] + 10, True
+            ).get_result()[10:]
+        finally:
+            db["CONN_MAX_AGE"] = age
+        opens = []
+        for _ in range(min(self.opts["samples"], 50)):
+            connections["default"].close()
+            t = time.perf_counter()
+            connections["default"].ensure_connection()
+            opens.append(time.perf_counter() - t)
         commit = statistics.median(commits)
         self.w("")
         self.w("(a) one durable step against one INSERT + COMMIT (medians)")
@@ -327,8 +359,17 @@ class Command(BaseCommand):
             f"    bare DBOS step (sync, no-op)             {ms(statistics.median(sync))}   p95 {ms(pct(sync, 95))}   ratio {statistics.median(sync) / commit:.1f}x"
         )
         self.w(
-            f"    Deskhand-shaped step (async + thread)    {ms(statistics.median(shaped))}   p95 {ms(pct(shaped, 95))}   ratio {statistics.median(shaped) / commit:.1f}x"
+            f"    async step, body in a thread (no-op)     {ms(statistics.median(shaped))}   p95 {ms(pct(shaped, 95))}   ratio {statistics.median(shaped) / commit:.1f}x"
         )
+        self.w(
+            f"    the same, as agent.workflow runs a step  {ms(statistics.median(django))}   p95 {ms(pct(django, 95))}   ratio {statistics.median(django) / commit:.1f}x"
+            "   (close_old_connections around a one-row Django read)"
+        )
+        self.w(
+            f"    the same with CONN_MAX_AGE=60            {ms(statistics.median(kept))}   p95 {ms(pct(kept, 95))}   ratio {statistics.median(kept) / commit:.1f}x"
+            f"   (configured: CONN_MAX_AGE={age}, so every step opens a connection)"
+        )
+        self.w(f"    opening a Django connection alone        {ms(statistics.median(opens))}")
 
     # (b) -------------------------------------------------------------------------------
 
@@ -340,7 +381,7 @@ class Command(BaseCommand):
 
         ticket = Ticket.objects.select_related("merchant").get(reference="NW-2")
         owner = ticket.merchant.memberships.get(role="owner").user
-        rows = []
+        rows: list[dict[str, Any]] = []
         for _ in range(self.opts["runs"]):
             t0 = time.perf_counter()
             run = run_start(ticket=ticket, user=owner)
@@ -356,6 +397,20 @@ class Command(BaseCommand):
             ]
             first = min(a for a, _ in timed)
             last = max(b for _, b in timed)
+            by_name: dict[str, list[int]] = {}
+            for st in steps:
+                if (
+                    st["started_at_epoch_ms"] is not None
+                    and st["completed_at_epoch_ms"] is not None
+                ):
+                    kind = (
+                        st["function_name"].split(".")[0]
+                        if st["function_name"].startswith("tool.")
+                        else st["function_name"]
+                    )
+                    by_name.setdefault(kind, []).append(
+                        st["completed_at_epoch_ms"] - st["started_at_epoch_ms"]
+                    )
             wf = client().list_workflows(
                 workflow_ids=[str(run.pk)], load_input=False, load_output=False
             )[0]
@@ -370,6 +425,7 @@ class Command(BaseCommand):
                     "log_sum": sum(lat for _, lat in log) / 1000,
                     "dbos_steps": len(steps),
                     "log_steps": len(log),
+                    "by_name": by_name,
                 }
             )
         mid = sorted(rows, key=lambda r: r["wall"])[len(rows) // 2]
@@ -385,6 +441,11 @@ class Command(BaseCommand):
         )
         self.w(
             f"    sum of step-log latencies (model + tools) {ms(mid['log_sum'])}   wall / sum {mid['wall'] / max(mid['log_sum'], 1e-9):.1f}x"
+        )
+        heavy = sorted(mid["by_name"].items(), key=lambda kv: -sum(kv[1]))
+        self.w(
+            "    where the DBOS step time goes: "
+            + ", ".join(f"{name} {len(d)} x {sum(d) / len(d):.0f} ms" for name, d in heavy[:6])
         )
         self.w(f"    each run, wall: {', '.join(ms(r['wall']) for r in rows)}")
 
