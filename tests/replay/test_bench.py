@@ -13,7 +13,7 @@ from django.db import connections
 from tests.fixtures.dbos import ROOT, test_database_url
 
 
-def test_bench_runs_end_to_end_with_twenty_parked_runs_and_leaves_no_database(django_db_setup):
+def test_bench_runs_end_to_end_with_twenty_parked_runs_and_leaves_no_database(transactional_db):
     env = {**os.environ, "DATABASE_URL": test_database_url(), "PYTHONUNBUFFERED": "1"}
     proc = subprocess.run(
         [
@@ -41,7 +41,7 @@ def test_bench_runs_end_to_end_with_twenty_parked_runs_and_leaves_no_database(dj
     for pattern in (
         r"\(a\) one durable step against one INSERT \+ COMMIT",
         r"bare DBOS step \(sync, no-op\) .* ratio \d+\.\dx",
-        r"Deskhand-shaped step .* ratio \d+\.\dx",
+        r"the same, as agent.workflow runs a step .* ratio \d+\.\dx",
         r"\(b\) one NW-2 run .* step-log rows, \d+ DBOS steps",
         r"sum of step-log latencies .* wall / sum \d+\.\dx",
         r"\(c\) 20 runs parked at the approval gate",
