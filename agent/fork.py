@@ -37,7 +37,6 @@ rule applies.
 
 from __future__ import annotations
 
-import datetime as dt
 import logging
 import uuid
 from typing import Any
@@ -48,7 +47,7 @@ from django.utils import timezone
 
 from agent.models import OPEN_STATUSES, Run, RunStatus, Step, StepKind, StopReason
 from agent.replay import effective_steps
-from agent.runs import RunRefused, run_mark_failed
+from agent.runs import RunRefused, bounds_snapshot, run_mark_failed
 from agent.tools import Risk, risk_of
 from approvals.models import AuditEvent, Channel
 from deskhand.desk.permissions import require_actor
@@ -149,8 +148,6 @@ def fork_run(
         raise RunRefused(_open_run_sentence(run))
     step = fork_point(run, seq)
     start_step = _start_function_id(run, step)
-    bounds = settings.DESKHAND_BOUNDS
-    now = timezone.now()
     try:
         with transaction.atomic():
             fork = Run.objects.create(
@@ -160,17 +157,8 @@ def fork_run(
                 started_by=user,
                 provider=run.provider,
                 model=run.model,
-                application_version=settings.DESKHAND_APP_VERSION,
                 prompt=run.prompt,
-                max_steps=bounds["max_steps"],
-                max_tokens=bounds["max_tokens"],
-                max_spend_micros=bounds["max_spend_micros"],
-                deadline_seconds=bounds["deadline_seconds"],
-                max_refund_cents=min(
-                    bounds["max_refund_cents"], run.merchant.run_refund_ceiling_cents
-                ),
-                loop_threshold=bounds["loop_threshold"],
-                deadline_at=now + dt.timedelta(seconds=bounds["deadline_seconds"]),
+                **bounds_snapshot(run.merchant),
                 forked_from=run,
                 fork_step=seq,
             )

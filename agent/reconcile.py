@@ -13,11 +13,10 @@ import datetime as dt
 import logging
 from typing import Any
 
-from django.db import transaction
 from django.utils import timezone
 
 from agent.models import OPEN_STATUSES, Run, RunStatus, StopReason
-from agent.runs import run_mark_failed
+from agent.runs import run_mark_cancelled, run_mark_failed
 from approvals.models import STEER_TOPIC, Approval, ApprovalStatus, StaffNote
 
 log = logging.getLogger(__name__)
@@ -67,21 +66,10 @@ def reconcile(now: dt.datetime | None = None) -> dict[str, int]:
                 detail="the workflow crashed too many times",
             ):
                 counts["recovery_exhausted"] += 1
-        elif wf.status == "CANCELLED":
-            with transaction.atomic():
-                run = Run.objects.select_for_update().get(pk=run_id)
-                if run.status in OPEN_STATUSES:
-                    from agent.runs import effects_summary
-
-                    run.status, run.stop_reason = RunStatus.CANCELLED, StopReason.CANCELLED
-                    run.stop_detail = "the workflow was cancelled"
-                    run.summary = f"Cancelled.\n\nEffects:\n{effects_summary(run_id)}"
-                    run.finished_at = now
-                    run.save()
-                    Approval.objects.filter(run_id=run_id, status=ApprovalStatus.PENDING).update(
-                        status=ApprovalStatus.EXPIRED
-                    )
-                    counts["cancelled"] += 1
+        elif wf.status == "CANCELLED" and run_mark_cancelled(
+            run_id=run_id, by="DBOS (the workflow was cancelled outside Deskhand)"
+        ):
+            counts["cancelled"] += 1
     counts["resent"] = resend_undelivered()
     resend_recent_notes()  # idempotent; not counted, it re-sends every recent note each pass
     return counts

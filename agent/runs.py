@@ -46,6 +46,22 @@ class RunRefused(Exception):
     """A run could not be started, cancelled or steered; the message says why."""
 
 
+def bounds_snapshot(merchant: Any) -> dict[str, Any]:
+    """The bounds a new run carries for life: a settings change never widens a run in flight,
+    and the deadline is stamped once, so a crash-looping run never earns a fresh clock."""
+    bounds = settings.DESKHAND_BOUNDS
+    return {
+        "application_version": settings.DESKHAND_APP_VERSION,
+        "max_steps": bounds["max_steps"],
+        "max_tokens": bounds["max_tokens"],
+        "max_spend_micros": bounds["max_spend_micros"],
+        "deadline_seconds": bounds["deadline_seconds"],
+        "max_refund_cents": min(bounds["max_refund_cents"], merchant.run_refund_ceiling_cents),
+        "loop_threshold": bounds["loop_threshold"],
+        "deadline_at": timezone.now() + dt.timedelta(seconds=bounds["deadline_seconds"]),
+    }
+
+
 def run_create(
     *,
     ticket: Ticket,
@@ -56,8 +72,6 @@ def run_create(
     """Create the Run row (the one open run per ticket is enforced by a partial unique index)."""
     require_actor(user, ticket.merchant_id, "start runs")
     name, model = provider or default_provider()
-    bounds = settings.DESKHAND_BOUNDS
-    now = timezone.now()
     try:
         with transaction.atomic():
             run = Run.objects.create(
@@ -66,17 +80,8 @@ def run_create(
                 started_by=user,
                 provider=name,
                 model=model,
-                application_version=settings.DESKHAND_APP_VERSION,
                 prompt=opening_prompt(ticket.reference),
-                max_steps=bounds["max_steps"],
-                max_tokens=bounds["max_tokens"],
-                max_spend_micros=bounds["max_spend_micros"],
-                deadline_seconds=bounds["deadline_seconds"],
-                max_refund_cents=min(
-                    bounds["max_refund_cents"], ticket.merchant.run_refund_ceiling_cents
-                ),
-                loop_threshold=bounds["loop_threshold"],
-                deadline_at=now + dt.timedelta(seconds=bounds["deadline_seconds"]),
+                **bounds_snapshot(ticket.merchant),
             )
             AuditEvent.objects.create(
                 merchant_id=ticket.merchant_id,
@@ -191,6 +196,44 @@ def effects_summary(run_id: str) -> str:
     return "\n".join(lines)
 
 
+def _next_seq(run_id: str) -> int:
+    last = Step.objects.filter(run_id=run_id).order_by("-seq").values_list("seq", flat=True).first()
+    return (last or 0) + 1
+
+
+def _close(
+    run: Run,
+    *,
+    status: str,
+    reason: str,
+    detail: str,
+    summary: str,
+    seq: int,
+    kind: str,
+    result: dict[str, Any],
+) -> None:
+    """Make a locked, open run terminal: status, summary, expired approvals, a step-log line."""
+    run.status, run.stop_reason, run.stop_detail = status, reason, detail[:2000]
+    run.summary = summary
+    run.finished_at = timezone.now()
+    run.save(
+        update_fields=[
+            "status",
+            "stop_reason",
+            "stop_detail",
+            "summary",
+            "finished_at",
+            "updated_at",
+        ]
+    )
+    Approval.objects.filter(run_id=run.pk, status=ApprovalStatus.PENDING).update(
+        status=ApprovalStatus.EXPIRED
+    )
+    log_step(
+        run_id=str(run.pk), seq=seq, kind=kind, result=result, ok=status == RunStatus.SUCCEEDED
+    )
+
+
 def run_finish(
     run_id: str, seq: int, status: str, reason: str, detail: str, model_text: str
 ) -> dict[str, Any]:
@@ -199,41 +242,23 @@ def run_finish(
         run = Run.objects.select_for_update().get(pk=run_id)
         if run.status in TERMINAL_STATUSES:
             return {"status": run.status, "stop_reason": run.stop_reason}
-        facts = effects_summary(run_id)
         # The ledger's facts first; the model's own words are labelled as such, because
         # a model can claim anything ("Refunded") and only the ledger knows.
-        parts = [f"Effects:\n{facts}"]
+        parts = [f"Effects:\n{effects_summary(run_id)}"]
         if model_text.strip():
             parts.append(f"Agent's account:\n{model_text.strip()}")
         if status != RunStatus.SUCCEEDED:
             parts.insert(0, f"Stopped: {reason}" + (f" — {detail}" if detail else "") + ".")
-        run.status, run.stop_reason, run.stop_detail = status, reason, detail
-        run.summary = "\n\n".join(parts)
-        run.finished_at = timezone.now()
-        run.save(
-            update_fields=[
-                "status",
-                "stop_reason",
-                "stop_detail",
-                "summary",
-                "finished_at",
-                "updated_at",
-            ]
-        )
-        Approval.objects.filter(run_id=run_id, status=ApprovalStatus.PENDING).update(
-            status=ApprovalStatus.EXPIRED
-        )
-        log_step(
-            run_id=run_id,
+        summary = "\n\n".join(parts)
+        _close(
+            run,
+            status=status,
+            reason=reason,
+            detail=detail,
+            summary=summary,
             seq=seq,
             kind=StepKind.FINAL if status == RunStatus.SUCCEEDED else StepKind.BOUND,
-            result={
-                "status": status,
-                "stop_reason": reason,
-                "detail": detail,
-                "summary": run.summary,
-            },
-            ok=status == RunStatus.SUCCEEDED,
+            result={"status": status, "stop_reason": reason, "detail": detail, "summary": summary},
         )
     return {"status": status, "stop_reason": reason}
 
@@ -244,35 +269,34 @@ def run_mark_failed(*, run_id: str, reason: str, detail: str) -> bool:
         run = Run.objects.select_for_update().get(pk=run_id)
         if run.status in TERMINAL_STATUSES:
             return False
-        seq = (
-            Step.objects.filter(run_id=run_id)
-            .order_by("-seq")
-            .values_list("seq", flat=True)
-            .first()
-            or 0
-        ) + 1
-        run.status, run.stop_reason, run.stop_detail = RunStatus.FAILED, reason, detail[:2000]
-        run.summary = f"Failed: {reason} — {detail[:500]}\n\nEffects:\n{effects_summary(run_id)}"
-        run.finished_at = timezone.now()
-        run.save(
-            update_fields=[
-                "status",
-                "stop_reason",
-                "stop_detail",
-                "summary",
-                "finished_at",
-                "updated_at",
-            ]
-        )
-        Approval.objects.filter(run_id=run_id, status=ApprovalStatus.PENDING).update(
-            status=ApprovalStatus.EXPIRED
-        )
-        log_step(
-            run_id=run_id,
-            seq=seq,
+        _close(
+            run,
+            status=RunStatus.FAILED,
+            reason=reason,
+            detail=detail,
+            summary=f"Failed: {reason} — {detail[:500]}\n\nEffects:\n{effects_summary(run_id)}",
+            seq=_next_seq(run_id),
             kind=StepKind.ERROR,
             result={"stop_reason": reason, "detail": detail[:2000]},
-            ok=False,
+        )
+    return True
+
+
+def run_mark_cancelled(*, run_id: str, by: str) -> bool:
+    """Record a cancellation on a run that is not yet terminal. Returns whether it changed."""
+    with transaction.atomic():
+        run = Run.objects.select_for_update().get(pk=run_id)
+        if run.status in TERMINAL_STATUSES:
+            return False
+        _close(
+            run,
+            status=RunStatus.CANCELLED,
+            reason=StopReason.CANCELLED,
+            detail=f"cancelled by {by}",
+            summary=f"Cancelled by {by}.\n\nEffects:\n{effects_summary(run_id)}",
+            seq=_next_seq(run_id),
+            kind=StepKind.BOUND,
+            result={"status": "cancelled", "by": by},
         )
     return True
 
@@ -296,42 +320,10 @@ def run_cancel(*, run: Run, user: Any, channel: str = Channel.CLI) -> Run:
         client().cancel_workflow(str(run.id))
     except Exception as exc:  # a run whose workflow never existed is still cancellable
         log.warning("cancel_workflow(%s): %s", run.id, exc)
-    with transaction.atomic():
-        locked = Run.objects.select_for_update().get(pk=run.pk)
-        if locked.status not in TERMINAL_STATUSES:
-            seq = (
-                Step.objects.filter(run=locked)
-                .order_by("-seq")
-                .values_list("seq", flat=True)
-                .first()
-                or 0
-            ) + 1
-            locked.status, locked.stop_reason = RunStatus.CANCELLED, StopReason.CANCELLED
-            locked.stop_detail = f"cancelled by {user.email or user}"
-            locked.summary = (
-                f"Cancelled by {user.email or user}.\n\nEffects:\n{effects_summary(str(run.pk))}"
-            )
-            locked.finished_at = timezone.now()
-            locked.save(
-                update_fields=[
-                    "status",
-                    "stop_reason",
-                    "stop_detail",
-                    "summary",
-                    "finished_at",
-                    "updated_at",
-                ]
-            )
-            log_step(
-                run_id=str(run.pk),
-                seq=seq,
-                kind=StepKind.BOUND,
-                result={"status": "cancelled", "by": str(user)},
-                ok=False,
-            )
-        AuditEvent.objects.create(
-            merchant_id=run.merchant_id, actor=user, action="run.cancel", run=run, channel=channel
-        )
+    run_mark_cancelled(run_id=str(run.pk), by=str(user.email or user))
+    AuditEvent.objects.create(
+        merchant_id=run.merchant_id, actor=user, action="run.cancel", run=run, channel=channel
+    )
     run.refresh_from_db()
     return run
 
