@@ -139,6 +139,16 @@ def _start_run(case: Case) -> Run:
     return run_start(ticket=ticket, user=get_user_model().objects.get(email=case.owner))
 
 
+def _pending_reads(run_id: str) -> int:
+    with connection.cursor() as cur:
+        cur.execute(
+            "SELECT count(*) FROM dbos.operation_outputs "
+            "WHERE workflow_uuid = %s AND function_name = 'gate.read' AND output LIKE %s",
+            [run_id, "%pending%"],
+        )
+        return int(cur.fetchone()[0])  # type: ignore[index]
+
+
 def _pending(run: Run) -> Approval | None:
     return (
         Approval.objects.filter(run=run, status=ApprovalStatus.PENDING)
@@ -176,7 +186,9 @@ def play(case: Case, boundary: Boundary | None, *, timeout: float = 90.0) -> tup
             if time.monotonic() > end:
                 raise TimeoutError(f"run stayed {run.status} for {timeout:.0f}s")
             approval = _pending(run) if run.status == "awaiting_approval" else None
-            if approval is not None and decisions:
+            # Decide only once the run has checkpointed reading "pending" at this gate, so every
+            # schedule meets the same steps (read pending, wait, read the decision).
+            if approval is not None and decisions and _pending_reads(str(run.pk)) > gate:
                 gate += 1
                 if boundary is not None and boundary.point == "parked" and boundary.nth == gate:
                     worker.kill()
