@@ -8,6 +8,7 @@ resumed run never calls — or pays for — a completed turn again.
 
 from __future__ import annotations
 
+import hashlib
 import time
 from typing import Any
 
@@ -17,6 +18,7 @@ from agent.prompts import system_prompt
 from agent.providers import provider_for_run
 from agent.steplog import log_step
 from agent.tools import api_schemas
+from agent.tools.registry import canonical_json
 
 
 def model_turn(
@@ -26,16 +28,21 @@ def model_turn(
     provider = provider_for_run(run_id, run.provider, run.model)
     started = time.monotonic()
     faults.before_model(run_id)
-    reply = provider.complete(
-        system=system_prompt(fence_token), messages=messages, tools=api_schemas()
-    )
+    system, tools = system_prompt(fence_token), api_schemas()
+    reply = provider.complete(system=system, messages=messages, tools=tools)
     reply = faults.after_model(run_id, reply)
     latency_ms = int((time.monotonic() - started) * 1000)
     log_step(
         run_id=run_id,
         seq=seq,
         kind=StepKind.MODEL,
-        arguments={"message_count": len(messages)},
+        # Which prompt and tool set this call was sent, so a replay can tell if they changed.
+        arguments={
+            "message_count": len(messages),
+            "prompt_sha256": hashlib.sha256(
+                canonical_json({"system": system, "tools": tools}).encode()
+            ).hexdigest(),
+        },
         result={
             "content": reply.content,
             "stop_reason": reply.stop_reason,

@@ -98,11 +98,22 @@ TEMPLATES = [
     },
 ]
 
+# 0 closes a connection after each request or step. Workers may keep them (e.g. 60): every
+# step then saves a 4-6 ms connect (docs/benchmarks.md), at one connection per step thread.
+CONN_MAX_AGE = env_int("DESKHAND_CONN_MAX_AGE", 0)
 if os.environ.get("DATABASE_URL"):
-    DATABASES = {"default": dj_database_url.parse(os.environ["DATABASE_URL"], conn_max_age=0)}
+    DATABASES = {
+        "default": dj_database_url.parse(
+            os.environ["DATABASE_URL"], conn_max_age=CONN_MAX_AGE, conn_health_checks=True
+        )
+    }
     USING_EMBEDDED_POSTGRES = False
 else:
-    DATABASES = {"default": dj_database_url.parse(embedded_pg.ensure_running(), conn_max_age=0)}
+    DATABASES = {
+        "default": dj_database_url.parse(
+            embedded_pg.ensure_running(), conn_max_age=CONN_MAX_AGE, conn_health_checks=True
+        )
+    }
     USING_EMBEDDED_POSTGRES = True
 DATABASES["default"]["ENGINE"] = "django.db.backends.postgresql"
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"

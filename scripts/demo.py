@@ -48,6 +48,11 @@ def main() -> int:
                     os.environ.get("DESKHAND_EXECUTOR_ID", "demo-worker-1"),
                 ],
                 cwd=ROOT,
+                # The worker keeps its connections: each step then skips a connect.
+                env={
+                    **os.environ,
+                    "DESKHAND_CONN_MAX_AGE": os.environ.get("DESKHAND_CONN_MAX_AGE", "60"),
+                },
             )
         )
         procs.append(
