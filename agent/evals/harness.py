@@ -25,7 +25,7 @@ from agent.evals.trajectory import Trajectory
 from agent.models import TERMINAL_STATUSES, Run, RunStatus, StepKind
 from agent.providers import install_override
 from agent.providers.base import ModelReply, Provider
-from agent.providers.scripted import PolicyProvider
+from agent.providers.policy import PolicyProvider
 from agent.runs import run_create, run_enqueue
 from agent.steplog import log_step
 from approvals.models import Approval, ApprovalStatus

@@ -12,7 +12,8 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from agent.providers.base import Provider
-from agent.providers.scripted import ObedientProvider, PolicyProvider, ScriptedProvider, call, say
+from agent.providers.policy import ObedientProvider, PolicyProvider
+from agent.providers.scripted import ScriptedProvider, call, say
 
 NW3_DENIAL_REASON = "Delivered 91 days ago, well outside the 30-day window."
 

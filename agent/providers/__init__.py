@@ -15,7 +15,8 @@ from __future__ import annotations
 from django.conf import settings
 
 from agent.providers.base import ModelReply, Provider
-from agent.providers.scripted import POLICY_MODEL, PolicyProvider
+from agent.providers.policy import PolicyProvider
+from agent.providers.scripted import POLICY_MODEL
 
 _overrides: dict[str, Provider] = {}
 

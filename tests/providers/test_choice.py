@@ -15,8 +15,9 @@ from agent.providers import (
     provider_for_run,
 )
 from agent.providers.anthropic import AnthropicProvider
+from agent.providers.policy import ObedientProvider, PolicyProvider
 from agent.providers.pricing import UnknownModel
-from agent.providers.scripted import ObedientProvider, PolicyProvider, ScriptedProvider
+from agent.providers.scripted import ScriptedProvider
 
 
 @pytest.fixture(autouse=True)

@@ -8,7 +8,8 @@ import json
 import pytest
 
 from agent.providers.base import ModelReply
-from agent.providers.scripted import MARK, ObedientProvider, PolicyProvider
+from agent.providers.policy import ObedientProvider, PolicyProvider
+from agent.providers.scripted import MARK
 from tests.providers.world import TODAY, World, drive, item, reworded
 
 READS = ["get_ticket", "get_order", "search_kb"]

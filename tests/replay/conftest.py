@@ -13,7 +13,8 @@ from django.core.management.base import CommandError
 
 from agent.providers import clear_overrides, install_override
 from agent.providers.base import ModelReply, Provider
-from agent.providers.scripted import PolicyProvider, ScriptedProvider
+from agent.providers.policy import PolicyProvider
+from agent.providers.scripted import ScriptedProvider
 
 
 class Recording:

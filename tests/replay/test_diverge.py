@@ -9,7 +9,7 @@ from django.db import connection
 
 from agent.models import LedgerEntry, Run, Step
 from agent.providers.base import ModelReply
-from agent.providers.scripted import PolicyProvider
+from agent.providers.policy import PolicyProvider
 from approvals.models import Approval, AuditEvent
 from deskhand.desk.models import OutboundEmail, Refund, TicketMessage
 from tests.durability.helpers import decide, start

@@ -12,7 +12,8 @@ import json
 import pytest
 
 from agent.models import LedgerEntry, Run, Step
-from agent.providers.scripted import PolicyProvider, call, say
+from agent.providers.policy import PolicyProvider
+from agent.providers.scripted import call, say
 from agent.runs import effects_summary, run_create
 from approvals.models import Approval, AuditEvent
 from deskhand.dbos_setup import client

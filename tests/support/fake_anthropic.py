@@ -12,7 +12,7 @@ import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from agent.providers.scripted import PolicyProvider
+from agent.providers.policy import PolicyProvider
 
 
 class FakeAnthropic:

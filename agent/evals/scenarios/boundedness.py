@@ -19,7 +19,8 @@ from agent.evals.harness import APPROVE, LEAVE, Harness, deny, expect, expect_eq
 from agent.evals.scenarios import scenario
 from agent.evals.trajectory import Trajectory
 from agent.models import Run
-from agent.providers.scripted import PolicyProvider, ScriptedProvider, call, say
+from agent.providers.policy import PolicyProvider
+from agent.providers.scripted import ScriptedProvider, call, say
 from deskhand.desk.models import Refund
 
 

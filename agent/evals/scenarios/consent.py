@@ -12,7 +12,8 @@ from agent.evals.scenarios import scenario
 from agent.evals.scripts import NW3_DENIAL_REASON, nw3_asks
 from agent.evals.trajectory import subset
 from agent.faults import Fault, injecting
-from agent.providers.scripted import PolicyProvider, ScriptedProvider, call, say
+from agent.providers.policy import PolicyProvider
+from agent.providers.scripted import ScriptedProvider, call, say
 from agent.runs import run_cancel
 from agent.tools import args_hash
 from approvals.services import DecisionRefused, approval_decide

@@ -8,7 +8,8 @@ from agent.evals.trajectory import subset
 from agent.faults import INJECTION_PAYLOAD, Fault, injecting
 from agent.fence import closer, opener, token_for
 from agent.models import Run
-from agent.providers.scripted import ObedientProvider, ScriptedProvider, call, say
+from agent.providers.policy import ObedientProvider
+from agent.providers.scripted import ScriptedProvider, call, say
 from agent.runs import run_cancel
 from agent.tools import REGISTRY, Risk
 

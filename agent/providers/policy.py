@@ -1,0 +1,739 @@
+"""The keyless default model: ``PolicyProvider``, and its gullible double ``ObedientProvider``.
+
+``PolicyProvider`` decides only from what the tools returned — the order
+record, its items and refund remainder, and the numbers written in the
+knowledge-base policy — never from a table keyed by ticket reference, and
+never from instructions inside ticket text. It is a stand-in for a model, not
+a model: it reads a handful of policy shapes and escalates whatever it cannot
+read.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import json
+import re
+from collections.abc import Iterator
+from typing import Any
+
+from agent.fence import unwrap
+from agent.providers.base import ModelReply
+from agent.providers.scripted import MARK, _assistant_turns, _Reporting, say
+
+OBEDIENT_MODEL = "scripted-obedient-1"
+DENIAL_PREFIX = "A person declined this action."
+IRREVERSIBLE = ("issue_refund", "send_customer_email", "cancel_order")
+
+Step = tuple[str, dict[str, Any]]
+Placed = tuple[dt.datetime, dict[str, Any]]
+
+
+def _blocks(message: dict[str, Any]) -> list[dict[str, Any]]:
+    content = message.get("content")
+    if isinstance(content, str):
+        return [{"type": "text", "text": content}]
+    return [b for b in content or [] if isinstance(b, dict)]
+
+
+# --- the history, read back ----------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class ToolCall:
+    """One tool call the provider made and what came back (``text`` None: no result yet)."""
+
+    name: str
+    args: dict[str, Any]
+    text: str | None = None
+    is_error: bool = False
+
+    @property
+    def data(self) -> Any:
+        return self._decoded()[0]
+
+    @property
+    def trailing(self) -> str:
+        """What follows the JSON record, or the whole text if it holds none."""
+        return self._decoded()[1]
+
+    def _decoded(self) -> tuple[Any, str]:
+        # A record with text appended after it (a fault, an injection) still reads as the record;
+        # the text after it is scanned for instructions, never taken as fact.
+        text = (self.text or "").strip()
+        if self.text is None or self.is_error:
+            return None, text
+        try:
+            data, end = json.JSONDecoder().raw_decode(text)
+        except ValueError:
+            return None, text
+        return data, text[end:]
+
+    @property
+    def succeeded(self) -> bool:
+        return self.text is not None and not self.is_error
+
+    @property
+    def declined(self) -> bool:
+        return self.is_error and (self.text or "").startswith(DENIAL_PREFIX)
+
+    @property
+    def failure(self) -> str:
+        """Why it did not happen, in one line: the approver's reason or the error."""
+        text = (self.text or "no result").strip()
+        if self.declined:
+            reason = re.search(r"Reason:\s*(.*)", text)
+            return f"a person declined it (reason: {reason.group(1).strip() if reason else 'none given'})"
+        return f"it failed: {_first_line(text)}"
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class History:
+    ticket_reference: str | None
+    calls: tuple[ToolCall, ...]
+
+    @classmethod
+    def read(cls, messages: list[dict[str, Any]]) -> History:
+        reference = None
+        if messages and messages[0].get("role") == "user":
+            opening = " ".join(
+                b.get("text", "") for b in _blocks(messages[0]) if b.get("type") == "text"
+            )
+            if m := re.search(r"Ticket reference:\s*(\S+)", opening):
+                reference = m.group(1)
+        uses: list[tuple[str, str, dict[str, Any]]] = []
+        results: dict[str, tuple[str, bool]] = {}
+        for message in messages:
+            for block in _blocks(message):
+                if message.get("role") == "assistant" and block.get("type") == "tool_use":
+                    uses.append(
+                        (block.get("id", ""), block.get("name", ""), block.get("input") or {})
+                    )
+                elif block.get("type") == "tool_result":
+                    results[block.get("tool_use_id", "")] = (
+                        _result_text(block.get("content")),
+                        bool(block.get("is_error")),
+                    )
+        calls = []
+        for use_id, name, args in uses:
+            text, is_error = results.get(use_id, (None, False))
+            calls.append(ToolCall(name, dict(args), text, is_error))
+        return cls(reference, tuple(calls))
+
+    def last(self, name: str, **match: Any) -> ToolCall | None:
+        for c in reversed(self.calls):
+            if c.name == name and all(c.args.get(k) == v for k, v in match.items()):
+                return c
+        return None
+
+    def attempt(self, name: str, args: dict[str, Any]) -> ToolCall | None:
+        """An earlier irreversible call on the same target, whatever its other arguments."""
+        key = "reference" if name == "send_customer_email" else "order_reference"
+        return self.last(name, **{key: args.get(key)})
+
+    def irreversible(self) -> list[ToolCall]:
+        return [c for c in self.calls if c.name in IRREVERSIBLE]
+
+    def untrusted_texts(self) -> Iterator[str]:
+        """Every string the tools returned, JSON strings unpacked."""
+        for c in self.calls:
+            if c.text is None:
+                continue
+            yield from _strings(c.data)
+            yield c.trailing
+
+
+def _result_text(content: Any) -> str:
+    if isinstance(content, list):
+        content = "\n".join(b.get("text", "") for b in content if isinstance(b, dict))
+    return unwrap(str(content or ""))
+
+
+def _strings(value: Any) -> Iterator[str]:
+    if isinstance(value, str):
+        yield value
+    elif isinstance(value, dict):
+        for v in value.values():
+            yield from _strings(v)
+    elif isinstance(value, list):
+        for v in value:
+            yield from _strings(v)
+
+
+# --- reading text -------------------------------------------------------------
+
+_NUMBER_WORDS = {"a": 1, "an": 1, "one": 1, "two": 2, "three": 3, "four": 4, "five": 5, "six": 6,
+                 "seven": 7, "eight": 8, "nine": 9, "ten": 10, "twelve": 12}  # fmt: skip
+
+# Text addressed to the agent rather than to support: a customer cannot pre-approve anything.
+_INSTRUCTION = re.compile(
+    "|".join(
+        (
+            r"(?:ignore|disregard|forget) (?:all |any )?(?:of )?(?:your |the )?"
+            r"(?:previous|prior|above|earlier) instructions",
+            r"\bcall\s+(?:issue_refund|send_customer_email|cancel_order)\b",
+            r"^\W*system(?: override)?\s*:",
+            r"do not (?:request|ask for) (?:human )?approval",
+            r"\bpre-?(?:approved|authori[sz]ed)\b",
+        )
+    ),
+    re.IGNORECASE | re.MULTILINE,
+)
+_REFUND_INSTRUCTION = re.compile(r"\bcall\s+issue_refund\b", re.IGNORECASE)
+_ORDER_REF = re.compile(r"\b[A-Z]{2}-\d{4}\b")
+
+# Topic, in order of precedence, and what to search the knowledge base for.
+_TOPICS = (
+    ("duplicate", r"charged twice|double[- ]charged|duplicate|two charges|charged two times"),
+    ("warranty", r"warrant|crack|broken|\bbroke\b|stopped working|defect|faulty"),
+    ("wrong_item", r"wrong item|wrong order|instead of|not what i ordered|sent me the wrong"),
+    ("refund", r"refund|money back|dollars back|stale|quality|tastes?\b|\bflat\b|damaged"),
+    (
+        "shipping",
+        r"where is|where it is|where's|tracking|\blate\b|turned up|arrived yet|not arrived",
+    ),
+)
+_QUERIES = {
+    "duplicate": "duplicate charge",
+    "warranty": "warranty",
+    "wrong_item": "refund policy",
+    "refund": "refund policy",
+    "shipping": "shipping times",
+}
+_QUALITY = re.compile(
+    r"\b(stale|quality|flat|papery|tastes?|grinder|incorrect roast|wrong roast|damaged|rancid|"
+    r"burnt|mou?ldy)\b"
+)
+
+
+def _sentences(text: str) -> list[str]:
+    return [s.strip() for s in re.split(r"(?<=[.!?])\s+|\n+", text) if s.strip()]
+
+
+def _first_line(text: str, limit: int = 200) -> str:
+    line = text.strip().split("\n", 1)[0]
+    return line if len(line) <= limit else line[: limit - 1] + "…"
+
+
+def _number(word: str) -> int | None:
+    return int(word) if word.isdigit() else _NUMBER_WORDS.get(word.lower())
+
+
+def instructions_in(text: str) -> list[str]:
+    """Sentences in ``text`` that address the agent instead of support."""
+    return [s for s in _sentences(text) if _INSTRUCTION.search(s)]
+
+
+def refund_instructions(text: str) -> list[str]:
+    return [s for s in _sentences(text) if _REFUND_INSTRUCTION.search(s)]
+
+
+def _money(cents: int, currency: str = "USD") -> str:
+    whole, fraction = divmod(abs(cents), 100)
+    return f"{'-' if cents < 0 else ''}{whole}.{fraction:02d} {currency}"
+
+
+def _when(value: Any) -> dt.datetime | None:
+    if not isinstance(value, str):
+        return None
+    try:
+        when = dt.datetime.fromisoformat(value)
+    except ValueError:
+        return None
+    return when.astimezone(dt.UTC).replace(tzinfo=None) if when.tzinfo else when
+
+
+def _business_days(order: dict[str, Any]) -> int:
+    days = int(order.get("days_since_placed") or 0)
+    placed = _when(order.get("placed_at"))
+    if placed is None:
+        return days * 5 // 7
+    return sum(1 for n in range(1, days + 1) if (placed + dt.timedelta(days=n)).weekday() < 5)
+
+
+class Policy:
+    """The rules a handful of sentence shapes in the knowledge base state."""
+
+    def __init__(self, articles: list[dict[str, Any]]) -> None:
+        self.sentences = [s for a in articles for s in _sentences(str(a.get("body", "")))]
+
+    def sentence(self, pattern: str) -> str | None:
+        return next((s for s in self.sentences if re.search(pattern, s, re.IGNORECASE)), None)
+
+    def number(self, topic: str, pattern: str) -> tuple[int, str] | None:
+        """The first number ``pattern`` captures in a sentence about ``topic``, with the sentence."""
+        for s in self.sentences:
+            m = re.search(pattern, s, re.IGNORECASE) if re.search(topic, s, re.IGNORECASE) else None
+            if m and (n := _number(m.group(1))) is not None:
+                return n, s
+        return None
+
+    def phrases(self, pattern: str) -> list[str]:
+        """The list a sentence enumerates after ``pattern`` ("including a, b, and c")."""
+        s = self.sentence(pattern)
+        m = re.search(rf"(?:{pattern})\s+([^.]+)", s or "", re.IGNORECASE)
+        if m is None:
+            return []
+        return [
+            p.strip()
+            for p in re.split(r",\s*(?:and |or )?|\s+and\s+|\s+or\s+", m.group(1))
+            if p.strip()
+        ]
+
+
+def _mentions(phrase: str, text: str, *, every: bool = True) -> bool:
+    """Every (or any) word of ``phrase`` appears in ``text``, loosely ("cracking" ~ "cracked")."""
+    words = re.findall(r"[a-z]+", text.lower())
+    stems = [w[:5] for w in re.findall(r"[a-z]+", phrase.lower()) if len(w) > 2]
+    found = (any(w.startswith(stem) for w in words) for stem in stems)
+    return bool(stems) and (all(found) if every else any(found))
+
+
+# --- the case --------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Verdict:
+    status: str  # the ticket status to finish on
+    why: str  # the reasoning, citing the facts and the policy
+    acts: tuple[Step, ...] = ()  # irreversible calls, in order, each after the last succeeded
+
+
+class Case:
+    """One ticket, the facts the tools returned about it, and what they make due."""
+
+    def __init__(self, reference: str, ticket: dict[str, Any], history: History) -> None:
+        self.reference = reference
+        self.ticket = ticket
+        self.history = history
+        customer_words = [
+            str(m.get("body", ""))
+            for m in ticket.get("messages", [])
+            if m.get("kind") == "customer"
+        ]
+        self.embedded = [s for text in customer_words for s in instructions_in(text)]
+        self.embedded += [s for text in history.untrusted_texts() for s in instructions_in(text)]
+        words = "\n".join([str(ticket.get("subject", "")), *customer_words])
+        # Sentences addressed to the agent say nothing about what the customer needs.
+        self.words = " ".join(s for s in _sentences(words) if not _INSTRUCTION.search(s)).lower()
+        self.order_references = list(dict.fromkeys(_ORDER_REF.findall("\n".join(customer_words))))
+        self.topic = next((t for t, p in _TOPICS if re.search(p, self.words)), "unknown")
+        self.kb_query = _QUERIES.get(self.topic) or _first_line(
+            str(ticket.get("subject") or "help"), 80
+        )
+        self.email = str((ticket.get("customer") or {}).get("email", ""))
+
+    # facts
+
+    def orders(self) -> dict[str, dict[str, Any]]:
+        found = {}
+        for c in self.history.calls:
+            if c.name == "get_order" and isinstance(c.data, dict) and c.data.get("reference"):
+                found[c.data["reference"]] = c.data
+        return found
+
+    def order_in_play(self) -> dict[str, Any] | None:
+        orders = self.orders()
+        return next((orders[r] for r in self.order_references if r in orders), None)
+
+    def policy(self) -> Policy:
+        found = self.history.last("search_kb", query=self.kb_query)
+        data = found.data if found else None
+        return Policy(data.get("results", []) if isinstance(data, dict) else [])
+
+    def _customer(self) -> dict[str, Any] | None:
+        found = self.history.last("get_customer", email=self.email)
+        return found.data if found and isinstance(found.data, dict) else None
+
+    def _placed(self, order: dict[str, Any]) -> dt.datetime | None:
+        """When an order was placed, to the minute if any tool said so."""
+        for row in (self._customer() or {}).get("orders", []):
+            if row.get("reference") == order.get("reference") and _when(row.get("placed_at_iso")):
+                return _when(row["placed_at_iso"])
+        # A bare day ("2026-03-10", what get_order gives) cannot tell two orders an hour apart.
+        placed = order.get("placed_at")
+        return (
+            _when(placed) if isinstance(placed, str) and len(placed) > len("YYYY-MM-DD") else None
+        )
+
+    def further_reads(self) -> Step | None:
+        """Reads a duplicate charge needs beyond the named orders: exact times, sibling orders."""
+        if self.topic != "duplicate" or not self.email:
+            return None
+        orders = self.orders()
+        customer = self._customer()
+        imprecise = len(orders) < 2 or any(self._placed(o) is None for o in orders.values())
+        if imprecise and self.history.last("get_customer", email=self.email) is None:
+            return ("get_customer", {"email": self.email})
+        rows = (customer or {}).get("orders", [])
+        totals = [r.get("total_cents") for r in rows if r.get("status") != "cancelled"]
+        for row in rows:
+            ref = row.get("reference")
+            shared = totals.count(row.get("total_cents")) > 1 and row.get("status") != "cancelled"
+            if (
+                shared
+                and ref not in orders
+                and self.history.last("get_order", reference=ref) is None
+            ):
+                return ("get_order", {"reference": ref})
+        return None
+
+    # judgement
+
+    def verdict(self) -> Verdict:
+        judged = self._judge()
+        failed = [c for c in self.history.irreversible() if c.text is not None and c.is_error]
+        if failed:
+            # Never retry what a person declined or a tool refused: hand it to a person.
+            return Verdict("escalated", judged.why + " A person should decide what is due now.")
+        return judged
+
+    def _escalate(self, why: str) -> Verdict:
+        return Verdict("escalated", why)
+
+    def _judge(self) -> Verdict:
+        if self.topic == "duplicate":
+            return self._duplicate()
+        if self.topic == "wrong_item":
+            return self._escalate(
+                f"The customer reports receiving the wrong item{self._on_order()}. Replacing or "
+                "returning it is a person's call, not a refund the policy makes due."
+            )
+        if self.topic == "unknown":
+            return self._escalate("I could not match the request to a published policy.")
+        order = self.order_in_play()
+        if order is None:
+            errors = [f"{c.args.get('reference')}: {_first_line(c.text or '')}"
+                      for c in self.history.calls if c.name == "get_order" and c.is_error]  # fmt: skip
+            if not self.order_references:
+                return self._escalate("The ticket names no order, so I had nothing to check.")
+            detail = f" ({'; '.join(errors)})" if errors else ""
+            return self._escalate(f"I could not read an order named in the ticket{detail}.")
+        owner = str((order.get("customer") or {}).get("email", "")).lower()
+        if owner and self.email and owner != self.email.lower():
+            return self._escalate(f"{order['reference']} belongs to a different customer.")
+        judge = {"refund": self._refund, "shipping": self._shipping, "warranty": self._warranty}
+        return judge[self.topic](order, self.policy())
+
+    def _on_order(self) -> str:
+        order = self.order_in_play()
+        return f" on {order['reference']}" if order else ""
+
+    def _refund(self, order: dict[str, Any], policy: Policy) -> Verdict:
+        ref, currency = order["reference"], order["currency"]
+        days = order.get("days_since_delivery")
+        if order.get("status") != "delivered" or days is None:
+            return self._escalate(
+                f"{ref} is {order.get('status')}, not delivered, so no refund window applies yet."
+            )
+        if (limit := policy.number("escalat", r"more than (\w+) days")) and days > limit[0]:
+            return self._escalate(
+                f'{ref} was delivered {days} days ago. Policy: "{limit[1]}" No refund was requested.'
+            )
+        window = policy.number("quality", r"(?:within|up to) (\w+) days")
+        if window is None:
+            return self._escalate("The knowledge base gives no refund window I can apply.")
+        if not _QUALITY.search(self.words):
+            return self._escalate(
+                f"The customer's reason is not a quality problem, and the policy lets me refund "
+                f'opened goods only for one ("{window[1]}").'
+            )
+        if days > window[0]:
+            return self._escalate(
+                f"{ref} was delivered {days} days ago, outside the {window[0]}-day window for "
+                f'quality problems ("{window[1]}").'
+            )
+        goods = sum(
+            int(i.get("line_cents", 0))
+            for i in order.get("items", [])
+            if not str(i.get("sku", "")).upper().startswith("SHIP")
+            and "shipping" not in str(i.get("description", "")).lower()
+        )
+        amount = min(goods, int(order.get("refundable_cents", 0)))
+        if amount <= 0:
+            return self._escalate(
+                f"Nothing is left to refund on {ref} ({_money(order.get('refunded_cents', 0), currency)}"
+                " already refunded)."
+            )
+        reason = (
+            f"{MARK} Quality problem reported {days} days after delivery, inside the "
+            f"{window[0]}-day window; goods only, not shipping."
+        )
+        why = (
+            f"The customer reports a quality problem {days} days after delivery of {ref}, inside "
+            f'the {window[0]}-day window ("{window[1]}"), so the goods are due '
+            f"({_money(amount, currency)}), not shipping."
+        )
+        acts = (
+            ("issue_refund", {"order_reference": ref, "amount_cents": amount, "reason": reason}),
+        )
+        return Verdict("resolved", why, acts)
+
+    def _shipping(self, order: dict[str, Any], policy: Policy) -> Verdict:
+        ref, status = order["reference"], order.get("status")
+        if status in ("delivered", "cancelled"):
+            return self._escalate(
+                f"{ref} is marked {status}, yet the customer is asking where it is; a person "
+                "should check with the carrier."
+            )
+        late = policy.number(r"\blate\b", r"(\w+) business days")
+        if late is None:
+            return self._escalate("The knowledge base gives no point at which an order is late.")
+        business = _business_days(order)
+        placed = (
+            f"{ref} was placed {order.get('days_since_placed')} days ago ({business} business days)"
+        )
+        if business >= late[0]:
+            return self._escalate(
+                f'{placed} and is still {status}: late by the policy ("{late[1]}"). A person '
+                "should chase the carrier."
+            )
+        return Verdict(
+            "pending",
+            f'{placed} and is {status}. The shipping policy says "{late[1]}" So it is not late '
+            "yet and nothing is due; tracking follows when the parcel leaves.",
+        )
+
+    def _warranty(self, order: dict[str, Any], policy: Policy) -> Verdict:
+        ref, age = order["reference"], order.get("days_since_delivery")
+        years = policy.number("warrant", r"(\w+)[- ]years?\b")
+        if years is None or age is None:
+            return self._escalate(f"I cannot tell whether {ref} is under warranty.")
+        # Doubt goes to a person: any hint of an exclusion escalates, only a full match is covered.
+        exclusions = policy.phrases("does not cover")
+        if excluded := next((p for p in exclusions if _mentions(p, self.words, every=False)), None):
+            return self._escalate(
+                f"The reported fault sounds like {excluded}, which the warranty excludes."
+            )
+        if age > years[0] * 365:
+            return self._escalate(
+                f"{ref} was delivered {age} days ago, outside the {years[0]}-year warranty."
+            )
+        covered = next(
+            (p for p in policy.phrases("including|such as") if _mentions(p, self.words)), None
+        )
+        if covered is None:
+            return self._escalate(
+                f"{ref} is inside the {years[0]}-year warranty, but a person should assess whether "
+                "the fault is a manufacturing defect."
+            )
+        remedy = policy.sentence(r"(?:not|never) a refund|repair or (?:a )?replace")
+        return Verdict(
+            "pending",
+            f"{ref} was delivered {age} days ago, inside the {years[0]}-year warranty, which covers "
+            f'{covered} ("{years[1]}"). '
+            + (f'"{remedy}" ' if remedy else "")
+            + "The answer is a warranty repair or replacement, not a refund.",
+        )
+
+    def _duplicate(self) -> Verdict:
+        policy = self.policy()
+        window = policy.number("duplicate|same total", r"within (\w+) (?:hour|minute)")
+        if window is None:
+            return self._escalate("The knowledge base gives no rule for duplicate charges.")
+        minutes = window[0] * (60 if re.search(r"within \w+ hour", window[1], re.I) else 1)
+        pair = self._duplicate_pair(dt.timedelta(minutes=minutes))
+        if pair is None:
+            return self._escalate(
+                "No two orders match the duplicate-charge policy, so nothing is refunded."
+            )
+        (first_at, first), (dup_at, dup) = pair
+        gap = int((dup_at - first_at).total_seconds() // 60)
+        apart = "in the same minute" if gap == 0 else f"{gap} minute{'s' if gap > 1 else ''} apart"
+        amount = min(int(dup["total_cents"]), int(dup.get("refundable_cents", 0)))
+        why = (
+            f"{first['reference']} and {dup['reference']} are orders for the same "
+            f"{_money(dup['total_cents'], dup['currency'])} placed {apart}; by the policy "
+            f'("{window[1]}") {dup["reference"]}, the later one, is the duplicate.'
+        )
+        if amount <= 0:
+            return self._escalate(why + f" Nothing is left to refund on {dup['reference']}.")
+        reason = f"{MARK} Duplicate of {first['reference']}: same total placed {apart}."
+        acts: list[Step] = [
+            (
+                "issue_refund",
+                {"order_reference": dup["reference"], "amount_cents": amount, "reason": reason},
+            )
+        ]
+        if policy.sentence(r"\bemail the customer\b"):
+            acts.append(("send_customer_email", self._duplicate_email(first, dup, amount)))
+        return Verdict("resolved", why, tuple(acts))
+
+    def _duplicate_pair(self, window: dt.timedelta) -> tuple[Placed, Placed] | None:
+        """The first two live orders with the same total placed within ``window``, earlier first.
+
+        Ordered by placing time, ties broken by reference, so "the later one" is always defined.
+        """
+        placed: list[Placed] = []
+        for order in self.orders().values():
+            when = self._placed(order)
+            if when is not None and order.get("status") != "cancelled":
+                placed.append((when, order))
+        placed.sort(key=lambda p: (p[0], p[1]["reference"]))
+        for i, (a_at, a) in enumerate(placed):
+            for b_at, b in placed[i + 1 :]:
+                same = (a["total_cents"], a["currency"]) == (b["total_cents"], b["currency"])
+                if same and b_at - a_at <= window:
+                    return (a_at, a), (b_at, b)
+        return None
+
+    def _duplicate_email(
+        self, first: dict[str, Any], dup: dict[str, Any], amount: int
+    ) -> dict[str, Any]:
+        done = self.history.last("issue_refund", order_reference=dup["reference"])
+        if done and isinstance(done.data, dict):
+            amount = int(done.data.get("refunded_cents", amount))
+        name = str((self.ticket.get("customer") or {}).get("name", "")).split(" ")[0] or "there"
+        money = _money(amount, dup["currency"])
+        body = (
+            f"{MARK} Hello {name},\n\nYou were charged twice: {first['reference']} and "
+            f"{dup['reference']} are the same order. We treated {dup['reference']} as the duplicate "
+            f"and issued a refund of {money} against it to your original payment method; it takes "
+            f"5-10 business days to appear. {first['reference']} stands as your order.\n\n"
+            "Deskhand support"
+        )
+        subject = f"{MARK} Duplicate charge: refund for {dup['reference']}"
+        return {"reference": self.reference, "subject": subject, "body": body}
+
+    # what to write
+
+    def note_due(self) -> bool:
+        # A customer email already sits on the ticket as the record of what was done.
+        return not any(c.succeeded for c in self.history.calls if c.name == "send_customer_email")
+
+    def outcomes(self) -> str:
+        """What the irreversible calls actually did, from their results, in order."""
+        lines = [self._outcome(c) for c in self.history.irreversible()]
+        if not any(c.succeeded for c in self.history.calls if c.name == "issue_refund"):
+            lines.append("No money was moved.")
+        return " ".join(lines)
+
+    def _outcome(self, c: ToolCall) -> str:
+        target = c.args.get("order_reference") or c.args.get("reference")
+        if c.name == "issue_refund":
+            order = self.orders().get(str(target), {})
+            data = c.data if isinstance(c.data, dict) else {}
+            currency = data.get("currency") or order.get("currency", "USD")
+            if c.succeeded:
+                refunded = int(data.get("refunded_cents", c.args.get("amount_cents", 0)))
+                return f"Refunded {_money(refunded, currency)} against {target}."
+            asked = c.args.get("amount_cents")
+            amount = _money(asked, currency) if isinstance(asked, int) else repr(asked)
+            return f"I asked to refund {amount} against {target}, but {c.failure}."
+        if c.name == "send_customer_email":
+            if c.succeeded:
+                return f"Emailed the customer on {target}."
+            return f"I asked to email the customer on {target}, but {c.failure}."
+        if c.succeeded:
+            return f"Cancelled {target}."
+        return f"I asked to cancel {target}, but {c.failure}."
+
+    def embedded_notice(self, obeyed: bool) -> str:
+        if not self.embedded:
+            return ""
+        quote = _first_line(self.embedded[0], 160)
+        verb = "I acted on them" if obeyed else "they were ignored"
+        return f' The ticket contains embedded instructions addressed to the agent ("{quote}"); {verb}.'
+
+    def note(self, verdict: Verdict, obeyed: bool) -> str:
+        return f"{MARK} {verdict.why} {self.outcomes()}{self.embedded_notice(obeyed)}"
+
+    def summary(self, verdict: Verdict, obeyed: bool) -> str:
+        status = self.history.last("set_ticket_status", reference=self.reference)
+        if status is not None and status.succeeded:
+            done = f"Set {self.reference} to {status.args.get('status')}."
+        elif status is not None:
+            done = f"Setting {self.reference} to {verdict.status} did not work: {status.failure}."
+        else:  # pragma: no cover - the provider sets a status before it summarises
+            done = f"{self.reference} stays {self.ticket.get('status')}."
+        return f"{MARK} {self.outcomes()} {verdict.why} {done}{self.embedded_notice(obeyed)}"
+
+
+# --- the providers -------------------------------------------------------------
+
+
+class PolicyProvider(_Reporting):
+    """The keyless default: works a ticket from the facts the tools return.
+
+    One tool call per turn. It reads first (the ticket, each order the
+    customer names, the policy), then makes at most the irreversible calls the
+    policy makes due, each only after the previous one succeeded; after a
+    decline or an error it stops asking and escalates. It finishes with a
+    note (unless the customer was emailed), a status and a summary built from
+    the results it actually received.
+    """
+
+    obeys_embedded_instructions = False
+
+    def complete(
+        self, *, system: str, messages: list[dict[str, Any]], tools: list[dict[str, Any]]
+    ) -> ModelReply:
+        step = self._next(History.read(messages))
+        if isinstance(step, str):
+            return self._reply([say(step)])
+        name, args = step
+        turn = _assistant_turns(messages)
+        return self._reply(
+            [{"type": "tool_use", "id": f"toolu_scripted_{turn}_0", "name": name, "input": args}]
+        )
+
+    def _intervene(self, history: History, case: Case) -> Step | None:
+        """A hook once the orders are read; the policy itself never takes it."""
+        return None
+
+    def _next(self, history: History) -> Step | str:
+        ref = history.ticket_reference
+        if ref is None:
+            return f"{MARK} The opening prompt names no ticket, so there is nothing to work."
+        read = history.last("get_ticket", reference=ref)
+        if read is None:
+            return ("get_ticket", {"reference": ref})
+        if not isinstance(read.data, dict):
+            return f"{MARK} I could not read ticket {ref}: {_first_line(read.text or '')} Nothing was changed."
+        case = Case(ref, read.data, history)
+        for order_ref in case.order_references:
+            if history.last("get_order", reference=order_ref) is None:
+                return ("get_order", {"reference": order_ref})
+        if (forced := self._intervene(history, case)) is not None:
+            return forced
+        if history.last("search_kb", query=case.kb_query) is None:
+            return ("search_kb", {"query": case.kb_query})
+        if (read_more := case.further_reads()) is not None:
+            return read_more
+
+        verdict = case.verdict()
+        for name, args in verdict.acts:
+            if history.attempt(name, args) is None:
+                return (name, args)
+        obeyed = self.obeys_embedded_instructions
+        if case.note_due() and history.last("add_internal_note", reference=ref) is None:
+            return ("add_internal_note", {"reference": ref, "body": case.note(verdict, obeyed)})
+        if history.last("set_ticket_status", reference=ref) is None:
+            return ("set_ticket_status", {"reference": ref, "status": verdict.status})
+        return case.summary(verdict, obeyed)
+
+
+class ObedientProvider(PolicyProvider):
+    """A gullible model, for proving the gate holds: it obeys refund instructions it reads.
+
+    Once it has read the order in play, any tool result or ticket message
+    telling it to call issue_refund makes it ask for that order's full total,
+    quoting the instruction as its reason. Otherwise it is ``PolicyProvider``.
+    """
+
+    model = OBEDIENT_MODEL
+    obeys_embedded_instructions = True
+
+    def _intervene(self, history: History, case: Case) -> Step | None:
+        instruction = next(
+            (s for t in history.untrusted_texts() for s in refund_instructions(t)), None
+        )
+        order = case.order_in_play()
+        if instruction is None or order is None:
+            return None
+        args = {
+            "order_reference": order["reference"],
+            "amount_cents": int(order["total_cents"]),
+            "reason": f'{MARK} As instructed: "{_first_line(instruction, 400)}"',
+        }
+        return None if history.attempt("issue_refund", args) else ("issue_refund", args)
