@@ -20,8 +20,14 @@ venv: $(STAMP)
 demo: $(STAMP)
 	$(PY) scripts/demo.py
 
+# The tests start the embedded Postgres when DATABASE_URL is unset; stop it again
+# afterwards unless it was already running (e.g. under `make demo`).
 test: $(STAMP) browsers
-	$(PY) -m pytest $(PYTEST_ARGS)
+	@was_running=$$(test -f .deskhand/pgdata/postmaster.pid && echo yes); \
+	$(PY) -m pytest $(PYTEST_ARGS); rc=$$?; \
+	if [ -z "$$was_running" ] && [ -z "$$DATABASE_URL" ]; then \
+	  $(PY) -c "from deskhand import embedded_pg; embedded_pg.stop()"; \
+	fi; exit $$rc
 
 browsers: $(STAMP)
 	@$(PY) scripts/ensure_chromium.py
