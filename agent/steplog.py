@@ -17,6 +17,17 @@ from agent.models import Run, Step
 from agent.runtime import current_step_id
 
 
+def without_nul(value: Any) -> Any:
+    """Postgres text and jsonb refuse NUL; outside text may carry it. Replace, never drop."""
+    if isinstance(value, str):
+        return value.replace("\x00", "\ufffd")
+    if isinstance(value, dict):
+        return {without_nul(k): without_nul(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [without_nul(v) for v in value]
+    return value
+
+
 def log_step(
     *,
     run_id: str,
@@ -36,6 +47,7 @@ def log_step(
     inverse: dict[str, Any] | None = None,
 ) -> Step:
     """Record one step and fold its accounting into the run's totals, atomically."""
+    arguments, result = without_nul(arguments), without_nul(result)
     with transaction.atomic():
         step, created = Step.objects.select_for_update().get_or_create(
             run_id=run_id,

@@ -18,7 +18,7 @@ from django.db import transaction
 
 from agent import faults
 from agent.models import LedgerEntry, Run, StepKind
-from agent.steplog import log_step
+from agent.steplog import log_step, without_nul
 from agent.tools import REGISTRY, Risk, ToolError, args_hash, get_tool
 from agent.tools.registry import ToolContext
 from approvals.models import Approval, ApprovalStatus
@@ -161,6 +161,7 @@ def execute_irreversible(
             entry.result, entry.ok = faults.after_tool(name, run_id, outcome.text), True
         except ToolError as exc:
             entry.result, entry.ok = str(exc), False
+        entry.result = without_nul(entry.result)
         entry.save(update_fields=["result", "ok"])
         fault_point("after_effect", name)
         log_step(
