@@ -146,7 +146,7 @@ def _pending_reads(run_id: str) -> int:
             "WHERE workflow_uuid = %s AND function_name = 'gate.read' AND output LIKE %s",
             [run_id, "%pending%"],
         )
-        return int(cur.fetchone()[0])  # type: ignore[index]
+        return int(cur.fetchone()[0])
 
 
 def _pending(run: Run) -> Approval | None:
