@@ -9,21 +9,24 @@ from approvals.models import Approval, AuditEvent
 from deskhand.console.audit_admin import AuditAdmin, AuditInline, admin_list_link, admin_pk_link
 from deskhand.desk.models import Refund, Ticket
 
+# What an auditor reads of a step, inline on its run and in the step log's own list.
+STEP_COLUMNS = (
+    "seq",
+    "kind",
+    "tool",
+    "risk",
+    "ok",
+    "replayed",
+    "attempts",
+    "latency_ms",
+    "cost_micros",
+    "created_at",
+)
+
 
 class StepInline(AuditInline):
     model = Step
-    fields = (
-        "seq",
-        "kind",
-        "tool",
-        "risk",
-        "ok",
-        "replayed",
-        "attempts",
-        "latency_ms",
-        "cost_micros",
-        "created_at",
-    )
+    fields = STEP_COLUMNS
     readonly_fields = fields
     ordering = ("seq",)
 
@@ -74,19 +77,7 @@ class RunAdmin(AuditAdmin):
 
 @admin.register(Step)
 class StepAdmin(AuditAdmin):
-    list_display = (
-        "run_link",
-        "seq",
-        "kind",
-        "tool",
-        "risk",
-        "ok",
-        "replayed",
-        "attempts",
-        "latency_ms",
-        "cost_micros",
-        "created_at",
-    )
+    list_display = ("run_link", *STEP_COLUMNS)
     list_filter = (
         "kind",
         "tool",

@@ -54,7 +54,7 @@ def _execute_without_approval(run_id: str, seq: int, call: dict[str, Any]) -> di
     name, call_id, args = call["name"], call["id"], call["input"]
     tool = get_tool(name)
     run = Run.objects.select_related("ticket").get(pk=run_id)
-    key = execute_module.ledger_key(run, call_id)
+    key = execute_module.ledger_key(run.root(), call_id)
     with transaction.atomic():
         entry = LedgerEntry.objects.filter(key=key).first()
         if entry is None:
@@ -98,7 +98,7 @@ def fence_removed() -> Iterator[None]:
 @contextlib.contextmanager
 def ledger_key_randomised() -> Iterator[None]:
     with mock.patch.object(
-        execute_module, "ledger_key", lambda run, call_id: f"{run.pk}:{uuid.uuid4()}"
+        execute_module, "ledger_key", lambda root, call_id: f"{root.pk}:{uuid.uuid4()}"
     ):
         yield
 

@@ -24,26 +24,24 @@ from agent.tools.registry import ToolContext
 from approvals.models import Approval, ApprovalStatus
 
 
-class LedgerMismatch(Exception):
-    """The ledger holds this key for different arguments: refuse, act on nothing."""
-
-
-def _context(run: Run, call_id: str, ledger_entry_id: int | None = None) -> ToolContext:
+def _context(
+    run: Run, call_id: str, root: Run | None = None, ledger_entry_id: int | None = None
+) -> ToolContext:
     return ToolContext(
         merchant_id=run.merchant_id,
         ticket_id=run.ticket_id,
         customer_id=run.ticket.customer_id,
         run_id=str(run.pk),
-        root_run_id=str(run.root().pk),
+        root_run_id=str((root or run.root()).pk),
         tool_call_id=call_id,
         max_refund_cents=run.max_refund_cents,
         ledger_entry_id=ledger_entry_id,
     )
 
 
-def ledger_key(run: Run, call_id: str) -> str:
+def ledger_key(root: Run, call_id: str) -> str:
     """Root run + the tool call's stable id: a fork that replays a call finds the original's claim."""
-    return f"{run.root().pk}:{call_id}"
+    return f"{root.pk}:{call_id}"
 
 
 def validate_call(name: str, args: Any) -> tuple[str | None, dict[str, Any] | None]:
@@ -107,7 +105,8 @@ def execute_irreversible(
     tool = get_tool(name)
     run = Run.objects.select_related("ticket").get(pk=run_id)
     digest = args_hash(name, args)
-    key = ledger_key(run, call_id)
+    root = run.root()  # walks the fork chain: once per call, not once per use
+    key = ledger_key(root, call_id)
     started = time.monotonic()
     with transaction.atomic():
         approval = Approval.objects.select_for_update().get(pk=approval_id)
@@ -144,7 +143,7 @@ def execute_irreversible(
         entry = LedgerEntry.objects.create(
             key=key,
             merchant_id=run.merchant_id,
-            root_run=run.root(),
+            root_run=root,
             run=run,
             tool=name,
             tool_call_id=call_id,
@@ -157,13 +156,13 @@ def execute_irreversible(
         try:
             with transaction.atomic():
                 faults.before_tool(name, run_id)
-                outcome = tool.handler(_context(run, call_id, ledger_entry_id=entry.pk), args)
+                outcome = tool.handler(_context(run, call_id, root, ledger_entry_id=entry.pk), args)
             entry.result, entry.ok = faults.after_tool(name, run_id, outcome.text), True
         except ToolError as exc:
             entry.result, entry.ok = str(exc), False
         entry.result = without_nul(entry.result)
         entry.save(update_fields=["result", "ok"])
-        fault_point("after_effect", name)
+        faults.at("after_effect", name)
         log_step(
             run_id=run_id,
             seq=seq,
@@ -176,14 +175,14 @@ def execute_irreversible(
             ok=entry.ok,
             latency_ms=int((time.monotonic() - started) * 1000),
         )
-    fault_point("after_commit", name)
+    faults.at("after_commit", name)
     return {"text": entry.result, "ok": entry.ok, "replayed": False}
 
 
 def ledger_lookup(run_id: str, call: dict[str, Any]) -> dict[str, Any] | None:
     """Before asking a person: has this call (by root run + call id) already been performed?"""
     run = Run.objects.get(pk=run_id)
-    entry = LedgerEntry.objects.filter(key=ledger_key(run, call["id"])).first()
+    entry = LedgerEntry.objects.filter(key=ledger_key(run.root(), call["id"])).first()
     if entry is None:
         return None
     return {
@@ -192,10 +191,3 @@ def ledger_lookup(run_id: str, call: dict[str, Any]) -> dict[str, Any] | None:
         "same_args": entry.args_hash == args_hash(call["name"], call["input"]),
         "key": entry.key,
     }
-
-
-def fault_point(point: str, tool: str) -> None:
-    """A named crash point for the fault injector (tests only; see agent/faults.py)."""
-    from agent import faults
-
-    faults.at(point, tool)
