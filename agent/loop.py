@@ -58,11 +58,9 @@ class Loop:
             while True:
                 guidance = await self._staff_guidance()
                 if guidance:
-                    messages.append({"role": "user", "content": guidance})
-                    # Two user turns in a row are not allowed; merge the guidance into the last user turn.
-                    if len(messages) >= 2 and messages[-2]["role"] == "user":
-                        messages[-2]["content"] = [*messages[-2]["content"], *guidance]
-                        messages.pop()
+                    # The last turn is always the user's here (the prompt or tool results), and
+                    # two user turns in a row are not allowed: the guidance joins that turn.
+                    messages[-1]["content"] = [*messages[-1]["content"], *guidance]
                 hit = await self.rt.step("bounds.check", bounds_check, self.run_id)
                 if hit:
                     raise Stop(RunStatus.EXHAUSTED, hit["reason"], hit["detail"])
