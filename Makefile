@@ -3,7 +3,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test venv lint typecheck check mutants evals bench browsers clean-data
+.PHONY: demo test screenshots venv lint typecheck imports deadcode check mutants evals bench browsers clean-data
 
 $(STAMP): pyproject.toml
 	@set -e; if [ ! -x "$(PY)" ]; then \
@@ -17,20 +17,28 @@ $(STAMP): pyproject.toml
 
 venv: $(STAMP)
 
+# `make demo PROVIDER=double`: the anthropic provider against the local Messages-API double.
+# `make demo PAYMENTS=double`: Northwind's refunds at the local payments double.
 demo: $(STAMP)
-	$(PY) scripts/demo.py
+	$(PY) scripts/demo.py $(if $(PROVIDER),--provider $(PROVIDER)) $(if $(PAYMENTS),--payments $(PAYMENTS))
 
 # The tests start the embedded Postgres when DATABASE_URL is unset; stop it again
 # afterwards unless it was already running (e.g. under `make demo`).
 test: $(STAMP) browsers
 	@was_running=$$(test -f .deskhand/pgdata/postmaster.pid && echo yes); \
-	$(PY) -m pytest $(PYTEST_ARGS); rc=$$?; \
+	DESKHAND_CHECK_TREE=1 $(PY) -m pytest $(PYTEST_ARGS); rc=$$?; \
 	if [ -z "$$was_running" ] && [ -z "$$DATABASE_URL" ]; then \
 	  $(PY) -c "from deskhand import embedded_pg; embedded_pg.stop()"; \
 	fi; exit $$rc
 
+# The README's screenshots, from the browser tests (make test writes them to a temporary folder).
+screenshots: $(STAMP) browsers
+	DESKHAND_SCREENSHOTS=$(CURDIR)/docs/screenshots $(PY) -m pytest tests/console/test_browser.py -q
+
+# Debian's Chromium for Playwright, and axe-core (package.json, pinned) into node_modules/.
 browsers: $(STAMP)
 	@$(PY) scripts/ensure_chromium.py
+	@$(PY) scripts/ensure_axe.py
 
 lint: $(STAMP)
 	$(PY) -m ruff check .
@@ -39,7 +47,22 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(PY) -m mypy deskhand agent approvals
 
-check: lint typecheck test
+# The import contracts of [tool.importlinter] in pyproject.toml: layers, who may import dbos.
+imports: $(STAMP)
+	$(VENV)/bin/lint-imports
+
+# Dead code; names only frameworks reach are in scripts/vulture_allowlist.py.
+deadcode: $(STAMP)
+	$(PY) -m vulture
+
+# Static checks only (the tests are `make test`). Runs every part, fails if any failed.
+check: $(STAMP)
+	@failed=""; \
+	for part in lint typecheck imports deadcode; do \
+	  $(MAKE) --no-print-directory $$part || failed="$$failed $$part"; \
+	done; \
+	if [ -n "$$failed" ]; then echo "make check: failed:$$failed" >&2; exit 1; fi; \
+	echo "make check: lint, typecheck, imports and deadcode passed"
 
 evals: $(STAMP)
 	$(PY) manage.py evals

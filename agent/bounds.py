@@ -32,6 +32,7 @@ from django.conf import settings
 from django.db.models import Count, Q, Sum
 from django.utils import timezone
 
+from agent import payloads
 from agent.models import Run, Step, StepKind
 from deskhand.desk.money import format_cents, format_micros
 
@@ -127,7 +128,7 @@ def repeated_call(run: Run) -> dict[str, Any] | None:
     """
     found = (
         Step.objects.filter(run_id=run.pk)
-        .filter(Q(kind=StepKind.TOOL) | Q(kind=StepKind.APPROVAL, result__event="denied"))
+        .filter(Q(kind=StepKind.TOOL) | payloads.approval_denied())
         .order_by()
         .values("tool", "arguments")
         .annotate(n=Count("id"))
@@ -166,12 +167,30 @@ def bounds_check(run_id: str, now_iso: str | None = None) -> Hit | None:
     Run as a step: the clock is read here, inside it, and the answer is checkpointed.
     """
     run = Run.objects.select_related("merchant").get(pk=run_id)
+    if not run.is_active:
+        # Cancelled (or closed) while working: no further model call; the loop's run.finish
+        # then writes nothing, and the cancel keeps the last line of the step log.
+        return {"reason": "cancelled", "detail": f"the run is {run.status}"}
     now = dt.datetime.fromisoformat(now_iso) if now_iso else timezone.now()
     for check in CHECKS:
         hit = check(run, now)
         if hit is not None:
             return hit
     return None
+
+
+def bounds_step(run_id: str) -> dict[str, Any]:
+    """``bounds_check`` as the loop's step: the hit, or how many steps are left (``steps_left``).
+
+    A reply with many tool calls is counted against the step cap one call at a time, so the
+    loop needs the remainder, not only whether the cap is already reached. (Older checkpoints
+    of this step hold ``None`` or a hit; the loop reads both.)
+    """
+    hit = bounds_check(run_id)
+    if hit is not None:
+        return hit
+    run = Run.objects.only("steps", "max_steps").get(pk=run_id)
+    return {"steps_left": max(run.max_steps - run.steps, 0)}
 
 
 def refund_precheck(run_id: str, args: dict[str, Any]) -> str | None:
@@ -181,30 +200,35 @@ def refund_precheck(run_id: str, args: dict[str, Any]) -> str | None:
     under row locks, and that check is the one that holds. This one lets the
     loop refuse before a person is asked to approve money that cannot move.
     """
-    from deskhand.desk.models import Order, Refund
+    from agent.tools.reads import order_of_customer
+    from agent.tools.registry import ToolError
+    from deskhand.desk.models import Refund
     from deskhand.desk.services import merchant_day_start
 
     run = Run.objects.select_related("merchant", "ticket").get(pk=run_id)
-    amount = args.get("amount_cents")
+    amount, reference = args.get("amount_cents"), args.get("order_reference")
     if isinstance(amount, bool) or not isinstance(amount, int) or amount < 1:
         return None  # validation's business, not a ceiling's
-    order = Order.objects.filter(
-        merchant_id=run.merchant_id,
-        customer_id=run.ticket.customer_id,
-        reference=args.get("order_reference"),
-    ).first()
-    if order is None:
-        return None  # the tool says "no such order" in its own words
+    if not isinstance(reference, str):
+        return None
+    money = format_cents
+    try:
+        # The lookup the refund itself makes: this merchant's order, this ticket's customer.
+        order = order_of_customer(
+            merchant_id=run.merchant_id, customer_id=run.ticket.customer_id, reference=reference
+        )
+    except ToolError as exc:
+        return f"cannot refund {money(amount)}: {exc}"
 
     def total(qs: Any) -> int:
         return int(qs.aggregate(t=Sum("amount_cents"))["t"] or 0)
 
-    money = format_cents
     refused = f"cannot refund {money(amount)} against {order.reference}"
     remaining = order.total_cents - total(Refund.objects.filter(order=order))
     if amount > remaining:
         return f"{refused}: only {money(remaining)} of {money(order.total_cents)} is left to refund"
-    by_run = total(Refund.objects.filter(run_id=run.pk))
+    # Counted as the refund counts it: every run on this ticket, their forks and re-runs.
+    by_run = total(Refund.objects.filter(run__ticket_id=run.ticket_id))
     if by_run + amount > run.max_refund_cents:
         left = max(run.max_refund_cents - by_run, 0)
         return f"{refused}: this run's refund ceiling is {money(run.max_refund_cents)}, {money(left)} is left"

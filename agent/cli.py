@@ -7,17 +7,22 @@ import time
 from typing import Any
 
 from django.contrib.auth import get_user_model
-from django.core.management.base import CommandError
 
 from agent.models import TERMINAL_STATUSES, Run, RunStatus
-from agent.runs import run_outcome
+from agent.selectors import run_outcome
+from deskhand.cli import CliError
 
 
 def user_by_email(email: str) -> Any:
     User = get_user_model()
     user = User.objects.filter(email__iexact=email.strip()).first()
     if user is None:
-        raise CommandError(f"no user with email {email!r}.")
+        raise CliError(f"no user with email {email!r}.", code="not_found")
+    if not user.is_active:
+        raise CliError(
+            f"{user.email} is deactivated and may no longer act; their past acts stay on record.",
+            code="not_allowed",
+        )
     return user
 
 
@@ -27,19 +32,19 @@ def run_by_id(run_id: str) -> Run:
     try:
         uuid.UUID(run_id)
     except ValueError:
-        raise CommandError(f"{run_id!r} is not a run id (expected a UUID).") from None
+        raise CliError(f"{run_id!r} is not a run id (expected a UUID).", code="invalid") from None
     run = Run.objects.select_related("ticket", "merchant").filter(pk=run_id).first()
     if run is None:
-        raise CommandError(f"no run {run_id}.")
+        raise CliError(f"no run {run_id}.", code="not_found")
     return run
 
 
 def wait_for_rest(run: Run, timeout: float) -> Run:
-    """Until the run is terminal or waiting for a person (or the timeout passes)."""
+    """Until the run is terminal, being cancelled, or waiting for a person (or the timeout passes)."""
     deadline = time.monotonic() + timeout
     while True:
         run.refresh_from_db()
-        if run.status in TERMINAL_STATUSES:
+        if run.status in TERMINAL_STATUSES or run.status == RunStatus.CANCELLING:
             return run
         if (
             run.status == RunStatus.AWAITING_APPROVAL
@@ -47,8 +52,9 @@ def wait_for_rest(run: Run, timeout: float) -> Run:
         ):
             return run
         if time.monotonic() > deadline:
-            raise CommandError(
-                f"run {run.id} is still {run.status} after {timeout:.0f}s; is a worker running (python manage.py worker)?"
+            raise CliError(
+                f"run {run.id} is still {run.status} after {timeout:.0f}s; is a worker running (python manage.py worker)?",
+                code="timeout",
             )
         time.sleep(0.2)
 
@@ -63,7 +69,7 @@ def print_outcome(cmd: Any, run: Run, as_json: bool) -> None:
         + (f" ({out['stop_reason']})" if out["stop_reason"] else "")
     )
     cmd.stdout.write(
-        f"  steps {out['steps']}  tokens {out['input_tokens'] + out['output_tokens']}  cost {out['cost_micros']} micro-USD  refunded {out['refunds_cents']} cents  · {out['provider']}/{out['model']}"
+        f"  steps {out['steps']}  tokens {out['input_tokens'] + out['output_tokens'] + out.get('cache_read_tokens', 0) + out.get('cache_write_tokens', 0)}  cost {out['cost_micros']} micro-USD  refunded {out['refunds_cents']} cents  · {out['provider']}/{out['model']}"
     )
     if out["pending_approval_id"]:
         cmd.stdout.write(

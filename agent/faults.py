@@ -17,7 +17,7 @@ nothing outside Python code can turn a fault on (``tests/integrity`` checks).
 - ``before_model`` — the provider is about to be called.
 
 A worker subprocess installs crash points in its own launcher
-(``tests/support/worker_with_faults.py``, ``agent/evals/crashworker.py``).
+(``tests/devtools/crashworker.py``, the one crash worker).
 
 **Faults** — ``Fault`` values passed to ``injecting(...)``: what a tool or the
 model does instead of its normal thing. Kinds, and where they act:
@@ -139,11 +139,6 @@ def sigkill_self() -> None:
 
 
 # --- faults -----------------------------------------------------------------------
-
-
-def inject(*faults: Fault) -> None:
-    with _lock:
-        _faults.extend(faults)
 
 
 def clear() -> None:

@@ -9,11 +9,11 @@ repeats — and runs step N and everything after it for real, in the fork's own
 run. Its step log therefore starts at N; the steps before N stay the parent's
 (``agent.replay`` joins them).
 
-Effects after N go through the ledger, which is keyed by the *root* run and the
-tool call id: an irreversible call the fork re-derives with the same id and
-the same arguments is answered with the original's recorded result (no
-approval asked, nothing paid again); the same id with other arguments stops
-the fork ``failed``/``ledger_mismatch`` before anyone is asked.
+Effects after N are matched against the whole lineage's ledger by business
+identity (``agent.lineage``): an irreversible call the fork re-derives as the
+same effect (same identity and content, whatever its call id and wording) is answered
+with the recorded result (no approval asked, nothing paid again); a different
+one is put to a person, whose card shows what the lineage already did.
 
 Where a fork may start:
 
@@ -41,15 +41,17 @@ import logging
 import uuid
 from typing import Any
 
-from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
+from agent import payloads
 from agent.models import OPEN_STATUSES, Run, RunStatus, Step, StepKind, StopReason
+from agent.redaction import replay_refusal
 from agent.replay import effective_steps
-from agent.runs import RunRefused, bounds_snapshot, run_mark_failed
+from agent.services import RunRefused, bounds_snapshot, run_mark_failed
 from agent.tools import Risk, risk_of
 from approvals.models import AuditEvent, Channel
+from deskhand.dbos_client import LIMITED_CALL_NAME, fork_run_workflow, workflow_steps
 from deskhand.desk.permissions import require_actor
 
 log = logging.getLogger(__name__)
@@ -62,6 +64,13 @@ def _open_run_sentence(run: Run) -> str:
         + (f" ({open_run.id}, {open_run.status})" if open_run else "")
         + "; cancel it or wait for it to finish before forking."
     )
+
+
+def open_run_refusal(run: Run) -> str | None:
+    """Why no fork of ``run`` may start now (its ticket has an open run), or ``None``."""
+    if Run.objects.filter(ticket_id=run.ticket_id, status__in=OPEN_STATUSES).exists():
+        return _open_run_sentence(run)
+    return None
 
 
 def fork_point(run: Run, seq: int) -> Step:
@@ -85,7 +94,12 @@ def fork_point(run: Run, seq: int) -> Step:
         )
     if step.kind in (StepKind.FINAL, StepKind.BOUND, StepKind.ERROR, StepKind.UNDO):
         raise RunRefused(f"{where} is where the run ended; fork from an earlier step.")
-    if step.kind == StepKind.APPROVAL and step.result.get("event") != "requested":
+    payload = payloads.read(step)
+    if payload.late:
+        raise RunRefused(
+            f"{where} finished after the run was closed; no step of the run came after it to fork from."
+        )
+    if isinstance(payload, payloads.ApprovalPayload) and payload.event != "requested":
         raise RunRefused(
             f"{where} settles an approval that belongs to the original run; fork from the approval "
             "request or from the model step that made the call."
@@ -100,20 +114,16 @@ def fork_point(run: Run, seq: int) -> Step:
 
 def _start_function_id(run: Run, step: Step) -> int:
     """The DBOS function id the fork starts at, checked against the workflow's own checkpoints."""
-    from deskhand.dbos_setup import client
-
     assert step.function_id is not None
-    checkpoints = {
-        s["function_id"]: s["function_name"]
-        for s in client().list_workflow_steps(str(run.pk), load_output=False)
-    }
+    checkpoints = {s["function_id"]: s["function_name"] for s in workflow_steps(str(run.pk))}
     if not checkpoints:
         raise RunRefused(
             f"run {run.id} has no DBOS history (it was cleared, e.g. by seed --reset), so it cannot be forked."
         )
     name = checkpoints.get(step.function_id)
     if step.kind == StepKind.MODEL:
-        expected = "model"
+        # A rate-limited call (agent.workflow) is the run's start of its child workflow.
+        expected = LIMITED_CALL_NAME if name == LIMITED_CALL_NAME else "model"
     elif step.kind == StepKind.APPROVAL:
         expected = "gate.request"
     else:
@@ -139,13 +149,13 @@ def fork_run(
     *, run: Run, seq: int, user: Any, channel: str = Channel.CLI, fork_id: uuid.UUID | None = None
 ) -> Run:
     """Fork ``run`` from its step ``seq`` and hand the fork to DBOS. Raises ``RunRefused`` with a sentence."""
-    from dbos import SetWorkflowID
-
-    from deskhand.dbos_setup import client
-
     require_actor(user, run.merchant_id, "start runs")
-    if Run.objects.filter(ticket_id=run.ticket_id, status__in=OPEN_STATUSES).exists():
-        raise RunRefused(_open_run_sentence(run))
+    refusal = replay_refusal(run)
+    if refusal:
+        raise RunRefused(refusal)
+    busy = open_run_refusal(run)
+    if busy:
+        raise RunRefused(busy)
     step = fork_point(run, seq)
     start_step = _start_function_id(run, step)
     try:
@@ -182,14 +192,12 @@ def fork_run(
             # Hold the fork's row while DBOS forks: a worker that picks the fork up at once
             # waits for this commit before its first write, so it never sees it queued.
             locked = Run.objects.select_for_update().get(pk=fork.pk)
-            with SetWorkflowID(str(fork.pk)):
-                client().fork_workflow(
-                    str(run.pk),
-                    start_step,
-                    application_version=settings.DESKHAND_APP_VERSION,
-                    queue_name=settings.DESKHAND_QUEUE,
-                    queue_partition_key=run.merchant.slug,
-                )
+            fork_run_workflow(
+                source_run_id=str(run.pk),
+                start_step=start_step,
+                fork_run_id=str(fork.pk),
+                partition_key=run.merchant.slug,
+            )
             # The fork replays the original's run.begin from its checkpoint, so nothing else
             # marks it running.
             locked.status, locked.started_at = RunStatus.RUNNING, timezone.now()

@@ -1,9 +1,11 @@
 """The agent loop. It knows the runtime protocol, the registry and the steps — not DBOS.
 
-The conversation is a local variable rebuilt, on replay, from checkpointed
-step outputs; the loop body itself reads nothing else (no clock, no database,
-no randomness), so a resumed run walks the same path up to the step that was
-in flight and continues from there.
+The conversation is a local ``agent.conversation.Conversation`` rebuilt, on
+replay, from checkpointed step outputs; the loop body itself reads nothing else
+(no clock, no database, no randomness), so a resumed run walks the same path up
+to the step that was in flight and continues from there. Every message it sends
+is built through that class — the same code that rebuilds a run's messages from
+its step log for replay, forks and the console.
 """
 
 from __future__ import annotations
@@ -11,17 +13,23 @@ from __future__ import annotations
 import datetime as dt
 from typing import Any
 
-from agent import fence
-from agent.bounds import bounds_check
-from agent.gate import DENIAL_TEXT, gate_read, gate_request, gate_resume
-from agent.models import RunStatus
-from agent.runs import run_begin, run_finish
+from agent.bounds import bounds_step
+from agent.conversation import (
+    KNOWN_STOP_REASONS,
+    NOT_RUN_STEP_CAP,
+    Conversation,
+    tool_uses,
+    unrunnable,
+)
+from agent.gate import gate_read, gate_request, gate_resume
+from agent.lifecycle import run_begin, run_finish
+from agent.models import RunStatus, StopReason
 from agent.runtime import Runtime
 from agent.steering import notes_record
 from agent.tools import REGISTRY, Risk
 from agent.tools.execute import execute_irreversible, execute_tool, ledger_lookup, validate_call
 from agent.turns import model_turn
-from approvals.models import STEER_TOPIC
+from deskhand.dbos_client import STEER_TOPIC
 
 
 class Stop(Exception):
@@ -32,13 +40,28 @@ class Stop(Exception):
         self.status, self.reason, self.detail = status, reason, detail
 
 
+def closed_quietly(status: str) -> Stop:
+    """The run was closed (or is being cancelled) by someone else: end without a word of our own.
+
+    ``run.finish`` still runs (the step sequence stays the same) but writes nothing on a
+    run that is no longer open or is being cancelled, so whoever closed it keeps the last word.
+    """
+    return Stop(
+        status, "cancelled" if status in (RunStatus.CANCELLING, RunStatus.CANCELLED) else "closed"
+    )
+
+
 class Loop:
     def __init__(self, rt: Runtime) -> None:
         self.rt = rt
         self.run_id = rt.run_id
         self.seq = 1
         self.token = ""
+        self.system_token = ""
         self.last_text = ""
+        self.conversation = Conversation("", "")
+        self.truncations = 0
+        self.unknown_stop_ends = True
 
     def _next_seq(self) -> int:
         seq = self.seq
@@ -51,36 +74,98 @@ class Loop:
             return {"status": begin["status"]}
         self.token = begin["fence_token"]
         self.seq = begin["next_seq"]
-        messages: list[dict[str, Any]] = [
-            {"role": "user", "content": [{"type": "text", "text": begin["prompt"]}]}
-        ]
+        # The fence token moved out of the system prompt into the opening turn, so every run
+        # shares one cached tools + system prefix. Runs already past this point keep the old way.
+        in_turn = await self.rt.patch("fence-in-opening-turn")
+        self.system_token = "" if in_turn else self.token
+        # A stop reason the loop does not know ends the run (runs already past this point
+        # kept going on one: their histories replay as recorded).
+        self.unknown_stop_ends = await self.rt.patch("unknown-stop-reason-ends-run")
+        # Model calls go through the runtime's rate limit, and a wait the API names is slept
+        # durably between calls (runs already past this point call the plain step).
+        self.limited_model = await self.rt.patch("model-calls-rate-limited")
+        conversation = self.conversation = Conversation(begin["prompt"], self.token, in_turn)
         try:
             while True:
-                guidance = await self._staff_guidance()
-                if guidance:
-                    # The last turn is always the user's here (the prompt or tool results), and
-                    # two user turns in a row are not allowed: the guidance joins that turn.
-                    messages[-1]["content"] = [*messages[-1]["content"], *guidance]
-                hit = await self.rt.step("bounds.check", bounds_check, self.run_id)
-                if hit:
+                # Staff guidance joins the last user turn (the prompt or tool results).
+                conversation.guidance(await self._staff_guidance())
+                hit = await self.rt.step("bounds.check", bounds_step, self.run_id)
+                if hit and hit.get("reason"):
                     raise Stop(RunStatus.EXHAUSTED, hit["reason"], hit["detail"])
-                reply = await self.rt.step(
-                    "model", model_turn, self.run_id, self._next_seq(), messages, self.token
-                )
-                if reply["stop_reason"] == "refusal":
-                    raise Stop(RunStatus.FAILED, "model_refusal", "the model refused to continue")
-                content = reply["content"]
-                self.last_text = "\n".join(
+                # Older checkpoints of this step hold None: no per-call count then.
+                steps_left = hit.get("steps_left") if hit else None
+                seq = self._next_seq()
+                reply = await self._model(seq)
+                if "provider_error" in reply:
+                    # No reply and no step row: the run's closing row takes the model's number.
+                    self.seq = seq
+                    raise Stop(RunStatus.FAILED, StopReason.PROVIDER_ERROR, reply["provider_error"])
+                content, stop_reason = reply["content"], reply["stop_reason"]
+                text = "\n".join(
                     b.get("text", "") for b in content if b.get("type") == "text"
                 ).strip()
-                calls = [b for b in content if b.get("type") == "tool_use"]
-                messages.append({"role": "assistant", "content": content})
-                if not calls:
+                if self.unknown_stop_ends and stop_reason not in KNOWN_STOP_REASONS:
+                    # Whether the reply is complete, or its calls meant to be run, is unknown.
+                    raise Stop(
+                        RunStatus.FAILED,
+                        StopReason.UNKNOWN_STOP_REASON,
+                        f"the model stopped for a reason Deskhand does not know "
+                        f"({stop_reason or 'none given'}); nothing in that reply was acted on",
+                    )
+                if stop_reason == "refusal":
+                    raise Stop(RunStatus.FAILED, "model_refusal", "the model refused to continue")
+                self.last_text = text or self.last_text
+                if stop_reason == "model_context_window_exceeded":
+                    raise Stop(
+                        RunStatus.EXHAUSTED,
+                        StopReason.CONTEXT_WINDOW_EXCEEDED,
+                        "the conversation no longer fits the model's context window",
+                    )
+                if stop_reason == "max_tokens":
+                    self.truncations += 1
+                    if self.truncations > 1:
+                        raise Stop(
+                            RunStatus.EXHAUSTED,
+                            StopReason.TRUNCATED,
+                            "the model's reply was cut off by its output limit twice",
+                        )
+                calls = tool_uses(content)
+                conversation.reply(content)
+                if not calls and stop_reason not in ("max_tokens", "pause_turn"):
                     return await self._finish(RunStatus.SUCCEEDED, "end_turn", "")
-                results = [await self._settle(call) for call in calls]
-                messages.append({"role": "user", "content": results})
+                # The model call itself is one step; each tool call run is at least one more.
+                budget = None if steps_left is None else steps_left - 1
+                results = []
+                for call in calls:
+                    why = unrunnable(call, content, stop_reason)
+                    if why:
+                        results.append(self._result(call, why, False))
+                    elif budget is not None and budget <= 0:
+                        results.append(self._result(call, NOT_RUN_STEP_CAP, False))
+                    else:
+                        results.append(await self._settle(call))
+                        budget = None if budget is None else budget - 1
+                conversation.results(results)
+                if stop_reason == "max_tokens":
+                    conversation.finish_briefly()
         except Stop as stop:
             return await self._finish(stop.status, stop.reason, stop.detail)
+
+    async def _model(self, seq: int) -> dict[str, Any]:
+        """One model turn's reply. On the rate-limited path the call waits its turn across
+        workers, and a wait the API asks for comes back from the step (never slept inside
+        it) to be slept here durably, then the call is made again (agent.turns)."""
+        args = (self.run_id, seq, self.conversation.messages, self.system_token)
+        if not self.limited_model:
+            return await self.rt.step("model", model_turn, *args)
+        spent: dict[str, Any] = {"attempts": 0, "waited": 0.0}
+        while True:
+            reply = await self.rt.limited_step("model", model_turn, *args, spent)
+            wait = reply.get("wait")
+            if wait is None:
+                return reply
+            spent = {"attempts": wait["attempts"], "waited": wait["waited"]}
+            await self.rt.sleep(wait["seconds"])
 
     async def _finish(self, status: str, reason: str, detail: str) -> dict[str, Any]:
         return await self.rt.step(
@@ -95,27 +180,17 @@ class Loop:
         )
 
     async def _staff_guidance(self) -> list[dict[str, Any]]:
+        """The notes that reached the run since the last turn (author and body), recorded."""
         notes = await self.rt.drain(STEER_TOPIC)
         if not notes:
             return []
-        recorded = await self.rt.step(
+        recorded: list[dict[str, Any]] = await self.rt.step(
             "notes.record", notes_record, self.run_id, self._next_seq(), notes
         )
-        return [
-            {
-                "type": "text",
-                "text": f"Staff guidance from {n['author']} (merchant staff, via the console):\n{fence.wrap(n['body'], self.token)}",
-            }
-            for n in recorded
-        ]
+        return recorded
 
     def _result(self, call: dict[str, Any], text: str, ok: bool) -> dict[str, Any]:
-        return {
-            "type": "tool_result",
-            "tool_use_id": call["id"],
-            "content": fence.wrap(text, self.token),
-            "is_error": not ok,
-        }
+        return self.conversation.result(call, text, ok)
 
     async def _settle(self, call: dict[str, Any]) -> dict[str, Any]:
         tool = REGISTRY.get(call.get("name", ""))
@@ -124,6 +199,8 @@ class Loop:
             out = await self.rt.step(
                 f"tool.{call.get('name', '?')}", execute_tool, self.run_id, self._next_seq(), call
             )
+            if out.get("stop") in ("cancelled", "closed"):
+                raise closed_quietly(out["status"])
             return self._result(call, out["text"], out["ok"])
         return await self._gated(call)
 
@@ -142,6 +219,11 @@ class Loop:
         request = await self.rt.step(
             "gate.request", gate_request, self.run_id, self._next_seq(), call
         )
+        if request.get("closed"):
+            raise closed_quietly(request["closed"])
+        if request.get("refused"):
+            # The pre-check found it could not be paid: no approval; the model reads why.
+            return self._result(call, request["refused"], False)
         if request.get("mismatch"):
             # A re-derived call under an existing approval: refuse now rather than ask a
             # person to decide something that could only fail at resume.
@@ -163,6 +245,8 @@ class Loop:
         verdict = await self.rt.step(
             "gate.resume", gate_resume, self.run_id, self._next_seq(), call, approval_id, waited
         )
+        if verdict["verdict"] == "closed":
+            raise closed_quietly(verdict["status"])
         if verdict["verdict"] == "expired":
             raise Stop(
                 RunStatus.FAILED,
@@ -172,9 +256,7 @@ class Loop:
         if verdict["verdict"] == "mismatch":
             raise Stop(RunStatus.FAILED, "approval_mismatch", verdict["detail"])
         if verdict["verdict"] == "denied":
-            return self._result(
-                call, DENIAL_TEXT.format(reason=verdict.get("reason") or "(no reason given)"), False
-            )
+            return self.conversation.denial(call, verdict.get("reason"))
         out = await self.rt.step(
             f"tool.{call['name']}",
             execute_irreversible,
@@ -183,6 +265,8 @@ class Loop:
             call,
             approval_id,
         )
+        if out.get("stop") in ("cancelled", "closed"):
+            raise closed_quietly(out["status"])
         if "stop" in out:
             raise Stop(RunStatus.FAILED, out["stop"], out["detail"])
         return self._result(call, out["text"], out["ok"])

@@ -9,10 +9,14 @@ transaction as the effect it records.
 from __future__ import annotations
 
 import uuid
+from typing import TYPE_CHECKING
 
 from django.conf import settings
 from django.db import models
 from django.db.models import Q
+
+if TYPE_CHECKING:
+    from agent.payloads import StepPayload
 
 
 class RunStatus(models.TextChoices):
@@ -23,9 +27,15 @@ class RunStatus(models.TextChoices):
     FAILED = "failed"
     EXHAUSTED = "exhausted"
     CANCELLED = "cancelled"
+    # A person cancelled it, but DBOS has not yet confirmed its workflow can no longer act:
+    # still open (it holds its ticket), no longer active (nothing may act for it).
+    CANCELLING = "cancelling"
 
 
-OPEN_STATUSES = (RunStatus.QUEUED, RunStatus.RUNNING, RunStatus.AWAITING_APPROVAL)
+# The workflow works and people may act on the run (decide, steer, cancel).
+ACTIVE_STATUSES = (RunStatus.QUEUED, RunStatus.RUNNING, RunStatus.AWAITING_APPROVAL)
+# Not yet terminal: one per ticket (the partial unique index below).
+OPEN_STATUSES = (*ACTIVE_STATUSES, RunStatus.CANCELLING)
 TERMINAL_STATUSES = (
     RunStatus.SUCCEEDED,
     RunStatus.FAILED,
@@ -47,11 +57,36 @@ class StopReason(models.TextChoices):
     APPROVAL_MISMATCH = "approval_mismatch"
     LEDGER_MISMATCH = "ledger_mismatch"
     MODEL_REFUSAL = "model_refusal"
+    # The reply was cut off by max_tokens twice (once is answered with "finish briefly").
+    TRUNCATED = "truncated"
+    CONTEXT_WINDOW_EXCEEDED = "context_window_exceeded"
+    # The API gave a stop reason Deskhand does not know (or none): the reply is not acted on.
+    UNKNOWN_STOP_REASON = "unknown_stop_reason"
+    # The model call produced no reply: a permanent API error, or its retries spent.
+    PROVIDER_ERROR = "provider_error"
     ENQUEUE_FAILED = "enqueue_failed"
     ENQUEUE_LOST = "enqueue_lost"
     RECOVERY_EXHAUSTED = "recovery_exhausted"
     ERROR = "error"
     CANCELLED = "cancelled"
+
+
+class PromptVersion(models.Model):
+    """A system prompt template and tool set some model call was sent, stored once.
+
+    Content-addressed: ``sha256`` is taken over the canonical JSON of the template and
+    the tool definitions, and the template holds ``{token}`` where a run's fence token
+    went, so every run sent the same prompt names the same version (``agent.prompt_versions``).
+    Rows are never changed or deleted; ``replay --at`` prints a run's from here.
+    """
+
+    sha256 = models.CharField(max_length=64, primary_key=True)
+    system_template = models.TextField()
+    tools = models.JSONField()
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    def __str__(self) -> str:
+        return f"prompt version {self.sha256[:12]}"
 
 
 class Run(models.Model):
@@ -82,15 +117,28 @@ class Run(models.Model):
     deadline_at = models.DateTimeField()
     # Time spent waiting for a person, handed back to the working deadline.
     waited_seconds = models.FloatField(default=0)
+    # A model call the API asked to wait for (429/529 retry-after): until when, and why, for
+    # the run page. Set by the model step that was told to wait; cleared by the next call.
+    waiting_until = models.DateTimeField(null=True, blank=True)
+    wait_reason = models.CharField(max_length=200, blank=True, default="", db_default="")
     # Totals; always equal to the sums over the step log.
     steps = models.PositiveIntegerField(default=0)
     input_tokens = models.BigIntegerField(default=0)
     output_tokens = models.BigIntegerField(default=0)
+    # Prompt-cache input, counted apart from input_tokens (as the API reports it) and in the
+    # token cap: a cached prefix is still tokens the run sent.
+    cache_read_tokens = models.BigIntegerField(default=0, db_default=0)
+    cache_write_tokens = models.BigIntegerField(default=0, db_default=0)
     cost_micros = models.BigIntegerField(default=0)
     forked_from = models.ForeignKey(
         "self", null=True, blank=True, on_delete=models.PROTECT, related_name="forks"
     )
     fork_step = models.PositiveIntegerField(null=True, blank=True)
+    # The prompt version its latest model call was sent (each model step's payload names its
+    # own); null for runs recorded before versions were kept, or with no model call yet.
+    prompt_version = models.ForeignKey(
+        PromptVersion, null=True, blank=True, on_delete=models.PROTECT, related_name="+"
+    )
     created_at = models.DateTimeField(auto_now_add=True)
     started_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)
@@ -100,7 +148,7 @@ class Run(models.Model):
         constraints = [
             models.UniqueConstraint(
                 fields=["ticket"],
-                condition=Q(status__in=["queued", "running", "awaiting_approval"]),
+                condition=Q(status__in=["queued", "running", "awaiting_approval", "cancelling"]),
                 name="one_open_run_per_ticket",
             ),
         ]
@@ -116,11 +164,28 @@ class Run(models.Model):
 
     @property
     def is_open(self) -> bool:
+        """Not yet terminal (a cancelling run is still open: its workflow may not have stopped)."""
         return self.status in OPEN_STATUSES
 
     @property
+    def is_active(self) -> bool:
+        """Open and not being cancelled: its workflow may act, and people may act on it."""
+        return self.status in ACTIVE_STATUSES
+
+    @property
     def total_tokens(self) -> int:
-        return self.input_tokens + self.output_tokens
+        return (
+            self.input_tokens
+            + self.output_tokens
+            + self.cache_read_tokens
+            + self.cache_write_tokens
+        )
+
+    @property
+    def cache_hit_ratio(self) -> float | None:
+        """Share of the input the prompt cache served (None before any input)."""
+        sent = self.input_tokens + self.cache_read_tokens + self.cache_write_tokens
+        return self.cache_read_tokens / sent if sent else None
 
     def root(self) -> Run:
         """The origin of a fork chain: ledger keys hang off it, so forks never repeat effects."""
@@ -146,7 +211,9 @@ class Step(models.Model):
 
     ``seq`` is dense per run and derived by the loop from checkpointed outputs,
     so a re-executed step lands on the same row: its accounting is *added*,
-    never overwritten, so a retried model call's cost is not lost.
+    never overwritten, so a retried model call's cost is not lost. A row is
+    only ever re-written by the same call (``args_hash``); see ``agent.steplog``.
+    ``result`` holds a typed payload (``agent.payloads``); read it as ``payload``.
     """
 
     run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="step_log")
@@ -159,10 +226,18 @@ class Step(models.Model):
     tool_call_id = models.CharField(max_length=80, blank=True)
     risk = models.CharField(max_length=12, blank=True)
     arguments = models.JSONField(default=dict, blank=True)
+    args_hash = models.CharField(
+        max_length=64,
+        blank=True,
+        help_text="Which call wrote this row (agent.steplog.call_hash); empty on rows written "
+        "before it was recorded.",
+    )
     result = models.JSONField(default=dict, blank=True)
     ok = models.BooleanField(default=True)
     input_tokens = models.BigIntegerField(default=0)
     output_tokens = models.BigIntegerField(default=0)
+    cache_read_tokens = models.BigIntegerField(default=0, db_default=0)
+    cache_write_tokens = models.BigIntegerField(default=0, db_default=0)
     cost_micros = models.BigIntegerField(default=0)
     latency_ms = models.IntegerField(default=0)
     attempts = models.PositiveSmallIntegerField(default=1)
@@ -181,13 +256,36 @@ class Step(models.Model):
     def __str__(self) -> str:
         return f"{self.run_id}#{self.seq} {self.kind} {self.tool}".strip()
 
+    @property
+    def payload(self) -> StepPayload:
+        """``result`` as its typed payload (``agent.payloads.read``)."""
+        from agent import payloads
+
+        return payloads.read(self)
+
+
+class LedgerState(models.TextChoices):
+    # Claimed, committed, and handed (or about to be handed) to another system under the
+    # entry's key: whether that system acted is not yet known here.
+    PENDING = "pending"
+    DONE = "done"
+    FAILED = "failed"
+
 
 class LedgerEntry(models.Model):
-    """One claim per irreversible effect, keyed by root run + tool call id.
+    """One claim per irreversible effect, keyed by root run + tool call id + arguments hash.
 
-    Written in the same transaction as the refund, email or cancellation it
-    records. A step that re-executes finds its key and returns ``result``
-    instead of acting; the same key with a different ``args_hash`` refuses.
+    In-database effects: written ``done`` (or ``failed``) in the same transaction as the
+    refund, email or cancellation it records. A step that re-executes finds its own key and
+    returns ``result`` instead of acting. Effects in another system (``adapter``: a payment
+    provider, a mail server) are claimed ``pending`` first and committed, then the other
+    system is called with the key as its idempotency key, then the answer is recorded
+    (``agent.effects``); a step that re-executes finds the pending claim and repeats the
+    call under the same key. ``identity`` is what the effect *is* (the registry's
+    identity fields, e.g. order and amount): a call anywhere in the lineage (the
+    runs sharing ``root_run``) with the same identity and the same content fields
+    (``ToolDef.content``; the rest of its arguments is wording) is answered from this
+    row instead of being performed again (``agent.lineage``).
     """
 
     key = models.CharField(max_length=200, unique=True)
@@ -199,6 +297,11 @@ class LedgerEntry(models.Model):
     tool = models.CharField(max_length=40)
     tool_call_id = models.CharField(max_length=80)
     args_hash = models.CharField(max_length=64)
+    identity = models.CharField(
+        max_length=64,
+        blank=True,
+        help_text="sha256 of the tool and its identity fields (agent.tools.registry.identity_hash).",
+    )
     arguments = models.JSONField()
     approval = models.ForeignKey(
         "approvals.Approval",
@@ -209,11 +312,108 @@ class LedgerEntry(models.Model):
     )
     ok = models.BooleanField(default=True)
     result = models.TextField()
+    state = models.CharField(
+        max_length=8,
+        choices=LedgerState.choices,
+        default=LedgerState.DONE,
+        db_default=LedgerState.DONE,
+    )
+    # Which adapter made (or is making) the effect: a re-execution finishes with the one that
+    # claimed, whatever the merchant's setting says by then.
+    adapter = models.CharField(max_length=12, default="database", db_default="database")
+    # The other system's id for the effect (a provider refund ``re_…``, a ``Message-ID``).
+    provider_ref = models.CharField(max_length=250, blank=True, default="", db_default="")
+    # How many times the other system was called under this key (retries, re-executions).
+    provider_calls = models.PositiveIntegerField(default=0, db_default=0)
+    recorded_at = models.DateTimeField(null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
         verbose_name_plural = "ledger entries"
-        indexes = [models.Index(fields=["merchant", "-created_at"], name="ledger_merchant_recent")]
+        indexes = [
+            models.Index(fields=["merchant", "-created_at"], name="ledger_merchant_recent"),
+            models.Index(fields=["root_run", "identity"], name="ledger_lineage_identity"),
+            models.Index(
+                fields=["created_at"], condition=Q(state="pending"), name="ledger_pending"
+            ),
+        ]
 
     def __str__(self) -> str:
         return self.key
+
+    @property
+    def is_pending(self) -> bool:
+        return self.state == LedgerState.PENDING
+
+
+class FindingKind(models.TextChoices):
+    PROVIDER_ONLY = "provider_only", "refund at the provider with no ledger entry"
+    LEDGER_ONLY = "ledger_only", "ledger entry the provider does not know"
+    AMOUNT_DIFFERS = "amount_differs", "amounts differ"
+    UNRESOLVED = "unresolved", "claim whose outcome could not be confirmed"
+
+
+class EffectFinding(models.Model):
+    """A disagreement between the ledger and the system an effect lives in, found by reconciliation.
+
+    Reconciliation (``agent.effects.reconcile``) only ever reports: it never refunds, voids
+    or edits a ledger entry to make one go away. ``fingerprint`` makes a finding seen again
+    on the next pass the same row (``last_seen_at`` moves on); a person settles it
+    (``resolved_*``), and only a person.
+    """
+
+    merchant = models.ForeignKey(
+        "desk.Merchant", on_delete=models.PROTECT, related_name="effect_findings"
+    )
+    kind = models.CharField(max_length=16, choices=FindingKind.choices)
+    fingerprint = models.CharField(max_length=300, unique=True)
+    ledger_entry = models.ForeignKey(
+        LedgerEntry, null=True, blank=True, on_delete=models.PROTECT, related_name="findings"
+    )
+    provider_ref = models.CharField(max_length=250, blank=True)
+    ledger_amount_cents = models.BigIntegerField(null=True, blank=True)
+    provider_amount_cents = models.BigIntegerField(null=True, blank=True)
+    detail = models.TextField()
+    found_at = models.DateTimeField()
+    last_seen_at = models.DateTimeField()
+    # A person's settlement (``manage.py effects_findings --resolve``): who, when, what they did.
+    resolved_at = models.DateTimeField(null=True, blank=True)
+    resolved_by = models.CharField(max_length=254, blank=True)
+    resolution = models.TextField(blank=True)
+
+    class Meta:
+        indexes = [models.Index(fields=["merchant", "-found_at"], name="finding_merchant_recent")]
+
+    def __str__(self) -> str:
+        return f"{self.kind}: {self.provider_ref or self.ledger_entry_id}"
+
+    @property
+    def is_open(self) -> bool:
+        return self.resolved_at is None
+
+
+class RedactionReason(models.TextChoices):
+    RETENTION = "retention"
+    ERASURE = "erasure"
+
+
+class Redaction(models.Model):
+    """A run whose words were removed: by the merchant's retention period, or a customer's erasure.
+
+    The step payloads' text, the approvals' wording, staff notes, the summary's account and
+    the run's DBOS history are gone; what stays is what the accounts need (amounts, orders,
+    times, approvers, argument hashes, the ledger). ``what`` counts what was removed — never
+    the words themselves. A redacted run (or a fork whose inherited steps were redacted) can
+    no longer be replayed or forked (``agent.redaction.replay_refusal``).
+    """
+
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="redactions")
+    reason = models.CharField(max_length=12, choices=RedactionReason.choices)
+    what = models.JSONField(default=dict, blank=True)
+    created_at = models.DateTimeField()
+
+    class Meta:
+        ordering = ["created_at", "pk"]
+
+    def __str__(self) -> str:
+        return f"{self.reason} redaction of run {self.run_id}"

@@ -30,9 +30,26 @@ decide, escalate honestly rather than guess.\
 """
 
 
-def system_prompt(token: str) -> str:
+def system_prompt(token: str | None = None) -> str:
+    """The system prompt. With no ``token`` (runs since the fence token moved to the opening
+    turn) it is the same text for every run, so tools + system form one cached prefix; with a
+    token it is the older per-run text, which runs started before that still replay."""
+    if token is None:
+        return SYSTEM_PROMPT.format(
+            opener="<<untrusted:TOKEN>>",
+            closer="<</untrusted:TOKEN>>",
+            token="TOKEN (this run's fence token, given at the start of the first message)",
+        )
     return SYSTEM_PROMPT.format(
         opener=f"<<untrusted:{token}>>", closer=f"<</untrusted:{token}>>", token=token
+    )
+
+
+def fence_notice(token: str) -> str:
+    """The opening turn's first block: the run's own fence token, outside the cached prefix."""
+    return (
+        f"This run's fence token is {token}. Only <<untrusted:{token}>> and "
+        f"<</untrusted:{token}>> open and close a fence."
     )
 
 

@@ -1,49 +1,63 @@
 """The reconciler: make every Run row tell the truth about its workflow.
 
-Runs in the worker every few seconds. It maps DBOS terminal states (error,
-cancelled, recovery attempts exceeded) onto runs still marked open, fails
-runs whose workflow never came to exist (the web process died between
-creating the row and enqueueing), and re-sends recorded decisions whose send
-never happened (same idempotency key, so a decision is delivered once).
+Runs in the worker every few seconds, on the clock it is given (``now``). It
+finishes cancels DBOS could not confirm at the time (runs left ``cancelling``:
+cancel the workflow again, then mark them cancelled), stops any workflow still
+active behind a run recorded ``cancelled``, maps DBOS terminal
+states (error, cancelled, recovery attempts exceeded) onto runs still marked
+open, fails runs whose workflow never came to exist (the web process died
+between creating the row and enqueueing), and re-sends recorded decisions and
+staff notes whose send never happened (same idempotency keys, so each is
+delivered once; a note that was delivered is marked and never sent again).
+It also sends the notification outbox (``approvals.outbox``): people told that
+an approval waits for them, at least once, retried with backoff.
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import logging
-from typing import Any
 
 from django.utils import timezone
 
-from agent.models import OPEN_STATUSES, Run, RunStatus, StopReason
-from agent.runs import run_mark_cancelled, run_mark_failed
-from approvals.models import STEER_TOPIC, Approval, ApprovalStatus, StaffNote
+from agent import faults
+from agent.models import ACTIVE_STATUSES, OPEN_STATUSES, Run, RunStatus, StopReason
+from agent.services import run_cancel_confirm, run_mark_cancelled, run_mark_failed
+from agent.steering import note_send
+from approvals.models import Approval, ApprovalStatus, StaffNote
+from approvals.notifications import notify_expiring_due
+from approvals.outbox import outbox_send_due
+from deskhand import dbos_client
 
 log = logging.getLogger(__name__)
 
 ENQUEUE_GRACE = dt.timedelta(seconds=30)
-
-
-def _workflow_statuses(run_ids: list[str]) -> dict[str, Any]:
-    from deskhand.dbos_setup import client
-
-    out: dict[str, Any] = {}
-    for i in range(0, len(run_ids), 500):
-        chunk = run_ids[i : i + 500]
-        for wf in client().list_workflows(workflow_ids=chunk, load_input=False, load_output=False):
-            out[wf.workflow_id] = wf
-    return out
+# A decision or note younger than this may still have its own send in flight.
+SEND_GRACE = dt.timedelta(seconds=2)
 
 
 def reconcile(now: dt.datetime | None = None) -> dict[str, int]:
     now = now or timezone.now()
-    counts = {"enqueue_lost": 0, "error": 0, "cancelled": 0, "recovery_exhausted": 0, "resent": 0}
-    open_ids = [
-        str(pk) for pk in Run.objects.filter(status__in=OPEN_STATUSES).values_list("pk", flat=True)
-    ]
-    workflows = _workflow_statuses(open_ids) if open_ids else {}
-    for run_id in open_ids:
+    counts = {
+        "enqueue_lost": 0,
+        "error": 0,
+        "cancelled": 0,
+        "recovery_exhausted": 0,
+        "resent": 0,
+        "notes_resent": 0,
+        "workflows_stopped": 0,
+    }
+    open_runs = dict(Run.objects.filter(status__in=OPEN_STATUSES).values_list("pk", "status"))
+    open_ids = [str(pk) for pk in open_runs]
+    workflows = dbos_client.workflow_states(open_ids) if open_ids else {}
+    for pk, status in open_runs.items():
+        run_id = str(pk)
         wf = workflows.get(run_id)
+        if status == RunStatus.CANCELLING:
+            # A cancel DBOS did not confirm at the time: ask again; mark cancelled once it holds.
+            if run_cancel_confirm(run_id=run_id, by="the reconciler"):
+                counts["cancelled"] += 1
+            continue
         if wf is None:
             run = Run.objects.get(pk=run_id)
             lost = run.status == RunStatus.QUEUED and run.created_at < now - ENQUEUE_GRACE
@@ -70,19 +84,67 @@ def reconcile(now: dt.datetime | None = None) -> dict[str, int]:
             run_id=run_id, by="DBOS (the workflow was cancelled outside Deskhand)"
         ):
             counts["cancelled"] += 1
-    counts["resent"] = resend_undelivered()
-    resend_recent_notes()  # idempotent; not counted, it re-sends every recent note each pass
+    counts["workflows_stopped"] = stop_workflows_of_cancelled_runs()
+    counts["resent"] = resend_undelivered(now)
+    counts["notes_resent"] = resend_undelivered_notes(now)
+    counts.update(notifications_sweep(now))
     return counts
 
 
-def resend_undelivered() -> int:
+def notifications_sweep(now: dt.datetime) -> dict[str, int]:
+    """Tell people they are needed: write due expiry warnings, then send the outbox.
+
+    A failure here never stops the rest of the reconciler; the rows stay and the next
+    pass tries again.
+    """
+    try:
+        warned = notify_expiring_due(now=now)
+        sent = outbox_send_due(now=now, checkpoint=faults.at)
+    except Exception:
+        log.exception("the notification sweep failed; the next pass retries")
+        return {"expiry_warnings": 0, "notifications_sent": 0, "notifications_failed": 0}
+    return {
+        "expiry_warnings": warned,
+        "notifications_sent": sent["sent"],
+        "notifications_failed": sent["failed"],
+    }
+
+
+def stop_workflows_of_cancelled_runs() -> int:
+    """Cancel any workflow DBOS still holds active for a run recorded ``cancelled``.
+
+    Since cancels wait for DBOS's confirmation none should exist; this sweeps the
+    runs an older release marked cancelled while its cancel call failed.
+    """
+    active = dbos_client.active_run_workflows()
+    if not active:
+        return 0
+    stopped = 0
+    for pk in Run.objects.filter(pk__in=active, status=RunStatus.CANCELLED).values_list(
+        "pk", flat=True
+    ):
+        try:
+            state = dbos_client.cancel_run_workflow(str(pk))
+        except Exception:
+            log.exception("cancelling the workflow of cancelled run %s failed", pk)
+            continue
+        if state is None or not state.active:
+            stopped += 1
+    return stopped
+
+
+def resend_undelivered(now: dt.datetime | None = None) -> int:
+    """Re-send decisions recorded at least ``SEND_GRACE`` before ``now`` that never reached their run."""
     from approvals.services import approval_send
 
+    now = now or timezone.now()
     sent = 0
-    stale = timezone.now() - dt.timedelta(seconds=2)
     for approval in Approval.objects.filter(
-        delivered_at__isnull=True, decided_at__lt=stale, run__status__in=OPEN_STATUSES
-    ).exclude(status=ApprovalStatus.PENDING)[:500]:
+        delivered_at__isnull=True,
+        decided_at__lt=now - SEND_GRACE,
+        run__status__in=ACTIVE_STATUSES,
+        status__in=[ApprovalStatus.APPROVED, ApprovalStatus.DENIED, ApprovalStatus.EXPIRED],
+    )[:500]:
         try:
             approval_send(approval)
             sent += 1
@@ -91,26 +153,18 @@ def resend_undelivered() -> int:
     return sent
 
 
-def resend_recent_notes() -> int:
-    """Re-send recent staff notes to open runs. Sends are keyed ``note:<id>``, so a note
-    that was delivered is not delivered again; one whose send failed arrives now."""
-    from deskhand.dbos_setup import client
-
-    now = timezone.now()
+def resend_undelivered_notes(now: dt.datetime | None = None) -> int:
+    """Re-send staff notes that never reached their live run (keyed ``note:<id>``); each is
+    marked ``delivered_at`` once DBOS accepts it, and never sent again."""
+    now = now or timezone.now()
     sent = 0
-    notes = StaffNote.objects.filter(
-        run__status__in=OPEN_STATUSES,
-        created_at__lt=now - dt.timedelta(seconds=2),
-        created_at__gte=now - dt.timedelta(hours=1),
-    )[:500]
-    for note in notes:
+    for note in StaffNote.objects.filter(
+        delivered_at__isnull=True,
+        run__status__in=ACTIVE_STATUSES,
+        created_at__lt=now - SEND_GRACE,
+    ).order_by("created_at")[:500]:
         try:
-            client().send(
-                str(note.run_id),
-                {"note_id": note.pk},
-                STEER_TOPIC,
-                idempotency_key=f"note:{note.pk}",
-            )
+            note_send(note)
             sent += 1
         except Exception:
             log.exception("re-sending staff note %s failed", note.pk)

@@ -1,7 +1,8 @@
 """The runtime protocol the agent loop runs on, and an in-memory double for tests.
 
-The loop never imports DBOS. It asks this protocol for four things — run a
-durable step, wait for a message, drain pending messages, read the clock —
+The loop never imports DBOS. It asks this protocol for a few things — run a
+durable step (or a rate-limited one), sleep, wait for a message, drain pending
+messages, read the clock —
 and ``agent/workflow.py`` answers them with DBOS in production. In a unit test,
 ``MemoryRuntime`` answers them with a few lines of plain Python.
 """
@@ -27,6 +28,15 @@ class Runtime(Protocol):
         """
         ...
 
+    async def limited_step(self, name: str, fn: Callable[..., T], *args: Any) -> T:
+        """``step``, but rate limited across every worker (the model call, docs/rate-limits.md):
+        it may wait its turn first. Its output is ``fn``'s, as ``step`` would return it."""
+        ...
+
+    async def sleep(self, seconds: float) -> None:
+        """Sleep durably: a restart wakes at the recorded time, and no thread is held."""
+        ...
+
     async def wait(self, topic: str, timeout_seconds: float) -> Any | None:
         """Wait for the next message on ``topic``; ``None`` on timeout."""
         ...
@@ -39,13 +49,14 @@ class Runtime(Protocol):
         """The wall clock, read durably (replay sees the same instant)."""
         ...
 
+    async def patch(self, name: str) -> bool:
+        """Whether this run takes the code path introduced under ``name`` (docs/deploys.md):
+        False for a run whose history already went the older way at this point."""
+        ...
+
     @property
     def run_id(self) -> str:
         """The id of the run this runtime executes (the workflow id)."""
-        ...
-
-    def step_id(self) -> int | None:
-        """The runtime's id for the step currently executing, if any (for the audit trail)."""
         ...
 
 
@@ -67,31 +78,31 @@ class MemoryRuntime:
         self.clock = clock or (lambda: dt.datetime.now(dt.UTC))
         self.inbox: dict[str, collections.deque[Any]] = collections.defaultdict(collections.deque)
         self.step_names: list[str] = []
-        self._current: int | None = None
+        self.slept: list[float] = []
 
     @property
     def run_id(self) -> str:
         return self._run_id
 
-    def step_id(self) -> int | None:
-        return self._current
-
     async def step(self, name: str, fn: Callable[..., T], *args: Any) -> T:
         self.step_names.append(name)
-        self._current = len(self.step_names)
+        step_id = len(self.step_names)
 
         def call() -> T:
-            current_step_id.set(self._current)
+            current_step_id.set(step_id)
             try:
                 return fn(*args)
             finally:
                 if self.after_step is not None:
                     self.after_step()
 
-        try:
-            return await asyncio.to_thread(call)
-        finally:
-            self._current = None
+        return await asyncio.to_thread(call)
+
+    async def limited_step(self, name: str, fn: Callable[..., T], *args: Any) -> T:
+        return await self.step(name, fn, *args)
+
+    async def sleep(self, seconds: float) -> None:
+        self.slept.append(seconds)  # recorded, not slept: the loop's decision is the point
 
     async def wait(self, topic: str, timeout_seconds: float) -> Any | None:
         if self.inbox[topic]:
@@ -105,6 +116,9 @@ class MemoryRuntime:
 
     async def now(self) -> dt.datetime:
         return self.clock()
+
+    async def patch(self, name: str) -> bool:
+        return True
 
     def send(self, topic: str, message: Any) -> None:
         self.inbox[topic].append(message)

@@ -4,54 +4,144 @@ The provider is called outside any database transaction; its reply is
 written to the step log (tokens and cost added to the run) in one short
 transaction afterwards. The reply is the step's checkpointed output, so a
 resumed run never calls — or pays for — a completed turn again.
+
+A call that produced no reply (``ProviderError``: a permanent API error, or the
+provider's own retries spent) is not raised out of the step: it is returned as
+``{"provider_error": ...}`` so its cause survives the checkpoint (a replayed
+exception would come back as a generic portable error) and the loop ends the run
+``failed`` / ``provider_error`` with it. The workflow never retries this step;
+the provider is the one retry layer.
+
+The reply is untrusted input: ``agent.untrusted.reply_content`` makes it safe (NUL
+replaced, blank or broken blocks dropped, tool-call ids the API would refuse replaced)
+before the step log, the loop or any later table sees it.
+
+**Waits are the workflow's.** On runs that took the ``model-calls-rate-limited`` patch the
+loop passes ``spent`` and the provider hands back a wait the API names (``retry-after`` on
+a 429/529) instead of sleeping it: the step returns ``{"wait": {"seconds", "reason",
+"until", "attempts", "waited"}}``, having written ``Run.waiting_until`` / ``wait_reason``
+for the run page; the loop sleeps durably and calls again. The call that goes ahead clears
+them. Attempts and waiting add up across those calls, against the provider's one
+``RetryPolicy`` (docs/rate-limits.md).
 """
 
 from __future__ import annotations
 
-import hashlib
+import dataclasses
+import datetime as dt
 import time
 from typing import Any
 
-from agent import faults
+from django.utils import timezone
+
+from agent import faults, prompt_versions
+from agent.conversation import messages_sha256, prompt_sha256
 from agent.models import Run, StepKind
+from agent.payloads import ModelPayload
 from agent.prompts import system_prompt
 from agent.providers import provider_for_run
+from agent.providers.base import ProviderError, return_waits
 from agent.steplog import log_step
 from agent.tools import api_schemas
-from agent.tools.registry import canonical_json
+from agent.untrusted import ids_used, reply_content, storable
 
 
 def model_turn(
-    run_id: str, seq: int, messages: list[dict[str, Any]], fence_token: str
+    run_id: str,
+    seq: int,
+    messages: list[dict[str, Any]],
+    fence_token: str,
+    spent: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    run = Run.objects.only("provider", "model").get(pk=run_id)
+    """One call. ``spent`` (``{"attempts": n, "waited": s}``, the calls and durable sleeps
+    this turn already used) says the workflow sleeps the API's waits itself: a wait it asks
+    for is returned as ``{"wait": ...}`` while the retry policy allows it (module docstring)."""
+    run = Run.objects.only("provider", "model", "waiting_until").get(pk=run_id)
+    if run.waiting_until is not None:  # the wait is over: the call proceeds
+        Run.objects.filter(pk=run_id).update(waiting_until=None, wait_reason="")
     provider = provider_for_run(run_id, run.provider, run.model)
     started = time.monotonic()
     faults.before_model(run_id)
-    system, tools = system_prompt(fence_token), api_schemas()
-    reply = provider.complete(system=system, messages=messages, tools=tools)
+    # An empty token: the run's fence token is in its opening turn, not the system prompt.
+    system, tools = system_prompt(fence_token or None), api_schemas()
+    token = return_waits.set(spent is not None)
+    try:
+        reply = provider.complete(system=system, messages=messages, tools=tools)
+    except ProviderError as exc:
+        wait = _durable_wait(run_id, run.provider, provider, exc, spent)
+        if wait is not None:
+            return {"wait": wait}
+        return {
+            "provider_error": storable(str(exc))[:2000],
+            "kind": exc.kind,
+            "transient": exc.transient,
+            "attempts": exc.attempts + (spent or {}).get("attempts", 0),
+        }
+    finally:
+        return_waits.reset(token)
     reply = faults.after_model(run_id, reply)
+    # Untrusted input (agent.untrusted): made safe before the row, the checkpoint or the loop.
+    content, replaced = reply_content(reply.content, used=ids_used(messages), seq=seq)
+    stop = reply.stop_reason if isinstance(reply.stop_reason, str) else ""
+    reply = dataclasses.replace(reply, content=content, stop_reason=storable(stop)[:64])
     latency_ms = int((time.monotonic() - started) * 1000)
+    # Which prompt and tool set this call was sent, so a replay can tell if they changed.
+    prompt_digest = prompt_sha256(system, tools)
+    # And which prompt version (taken without the fence token), stored once per version.
+    version = prompt_versions.record(system, tools, fence_token)
+    sent = {
+        "message_count": len(messages),
+        "prompt_sha256": prompt_digest,
+        # And which conversation: a re-execution of this step must be sent the same one.
+        "messages_sha256": messages_sha256(messages),
+    }
     log_step(
         run_id=run_id,
         seq=seq,
         kind=StepKind.MODEL,
-        # Which prompt and tool set this call was sent, so a replay can tell if they changed.
-        arguments={
-            "message_count": len(messages),
-            "prompt_sha256": hashlib.sha256(
-                canonical_json({"system": system, "tools": tools}).encode()
-            ).hexdigest(),
-        },
-        result={
-            "content": reply.content,
-            "stop_reason": reply.stop_reason,
-            "provider": reply.provider,
-            "model": reply.model,
-        },
+        arguments=sent,
+        result=ModelPayload(
+            content=reply.content,
+            stop_reason=reply.stop_reason,
+            provider=reply.provider,
+            model=reply.model,
+            message_count=len(messages),
+            prompt_sha256=prompt_digest,
+            prompt_version=version,
+            replaced_ids=replaced,
+        ),
         input_tokens=reply.input_tokens,
         output_tokens=reply.output_tokens,
+        cache_read_tokens=reply.cache_read_tokens,
+        cache_write_tokens=reply.cache_write_tokens,
         cost_micros=reply.cost_micros,
         latency_ms=reply.latency_ms or latency_ms,
+        prompt_version=version,
     )
     return reply.to_dict()
+
+
+def _durable_wait(
+    run_id: str, name: str, provider: Any, exc: ProviderError, spent: dict[str, Any] | None
+) -> dict[str, Any] | None:
+    """The wait the workflow should sleep before calling again, recorded on the run; or None
+    when the call is to fail now (no wait named, or the retry policy is spent)."""
+    policy = getattr(provider, "retry", None)
+    if spent is None or policy is None or not exc.transient or exc.retry_after is None:
+        return None
+    attempts = spent.get("attempts", 0) + exc.attempts
+    waited = float(spent.get("waited", 0.0))
+    seconds = round(exc.retry_after, 3)
+    if attempts >= policy.max_attempts or waited + seconds > policy.budget_seconds:
+        return None
+    why = "rate limited" if exc.status == 429 else exc.kind.replace("_", " ")
+    reason = f"{why} by {name}: retry after {seconds:g} s"
+    until = timezone.now() + dt.timedelta(seconds=seconds)
+    Run.objects.filter(pk=run_id).update(waiting_until=until, wait_reason=reason[:200])
+    return {
+        "seconds": seconds,
+        "reason": reason,
+        "until": until.isoformat(),
+        "attempts": attempts,
+        "waited": waited + seconds,
+    }

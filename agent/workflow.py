@@ -6,7 +6,10 @@ its own run. Steps:
 
 1. ``run.begin``      — mark running; the prompt and fence token
 2. ``bounds.check``   — before every model call
-3. ``model``          — one provider call, recorded with its cost
+3. ``model``          — one provider call, recorded with its cost; on runs that took the
+   ``model-calls-rate-limited`` patch, a child workflow ``deskhand.limited_call`` on the
+   provider's rate-limited queue runs it (``limited_step``), and a wait the API names is
+   slept with ``DBOS.sleep_async`` before the call is made again
 4. ``tool.<name>``    — one tool call (reads and reversible tools)
 5. ``ledger.lookup`` / ``gate.request`` / ``gate.read`` / ``gate.resume`` — the
    approval gate, with ``DBOS.recv`` waits in between (async: no thread held)
@@ -26,24 +29,48 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 from dbos import DBOS, StepOptions
+from django.conf import settings
 from django.db import close_old_connections
 
 from agent import faults
+from agent.lifecycle import run_fail
 from agent.loop import run_agent
-from agent.runs import WORKFLOW_NAME, run_fail
 from agent.runtime import current_step_id
+from agent.turns import model_turn
+from deskhand.dbos_client import LIMITED_CALL_NAME, WORKFLOW_NAME
+from deskhand.dbos_setup import kick_queues, model_queue
+from deskhand.fleet.lease import guard
 
 T = TypeVar("T")
 
+# The topic a limited call's child sends its output on (``<topic>:<child workflow id>``).
+LIMITED_TOPIC = "limited-reply"
+_CANCELLED = ("DBOSWorkflowCancelledError", "DBOSAwaitedWorkflowCancelledError")
+
+
+class LimitedCallFailed(Exception):
+    """The child workflow running a limited step raised; its error, as it said it."""
+
+
 # Steps that only read, or whose writes are idempotent upserts, may retry on a
 # transient error; an irreversible tool step never is (the ledger would catch
-# a repeat, but a person approved one attempt, not three).
+# a repeat, but a person approved one attempt, not three). The model step never
+# raises an API error: the provider is its one retry layer, and what it gives up
+# on (a 400 at once, an overload after RetryPolicy.max_attempts) is the step's
+# *output* (``{"provider_error": ...}``, agent.turns), which DBOS does not retry.
+# So DBOS retries only a failure around the call — writing its step row, say —
+# and such a retry re-sends a call that was paid, which the step row then
+# counts (attempts 2, both costs).
 _RETRYABLE_PREFIXES = ("run.begin", "bounds.check", "model", "gate.read", "ledger.lookup")
 
 
-def _in_thread[R](name: str, fn: Callable[..., R], *args: Any) -> R:
+def _in_thread[R](name: str, fn: Callable[..., R], *args: Any, function_id: int | None = None) -> R:
+    # No step body runs while this worker cannot prove it still owns its executor id
+    # (deskhand.fleet.lease): one that lost its lock waits here, or is stopped.
+    guard()
     close_old_connections()
-    current_step_id.set(DBOS.step_id)
+    # A limited call's step row names the run's checkpoint of the call, not the child's own.
+    current_step_id.set(function_id if function_id is not None else DBOS.step_id)
     try:
         faults.at("before_step", name)
         result = fn(*args)
@@ -54,6 +81,46 @@ def _in_thread[R](name: str, fn: Callable[..., R], *args: Any) -> R:
         close_old_connections()
 
 
+_slots: dict[int, asyncio.Semaphore] = {}
+
+
+def model_slot(merchant_id: int) -> asyncio.Semaphore:
+    """The per-merchant cap on model calls in flight in this worker (docs/fleet.md, "Caps").
+
+    Fairness belongs where the work is: DBOS counts a run parked at the gate as running,
+    so a cap on runs would let a merchant with many pending approvals block itself. This
+    caps the expensive working step instead; a parked run holds no slot. Semaphores live
+    on DBOS's one event loop, where every workflow of this process runs.
+    """
+    sem = _slots.get(merchant_id)
+    if sem is None:
+        sem = _slots[merchant_id] = asyncio.Semaphore(settings.DESKHAND_MERCHANT_MODEL_CALLS)
+    return sem
+
+
+def _merchant_of(run_id: str) -> int:
+    from agent.models import Run
+
+    try:
+        return int(Run.objects.values_list("merchant_id", flat=True).get(pk=run_id))
+    finally:
+        close_old_connections()
+
+
+def _provider_of(run_id: str) -> str:
+    from agent.models import Run
+
+    try:
+        return str(Run.objects.values_list("provider", flat=True).get(pk=run_id))
+    finally:
+        close_old_connections()
+
+
+# The steps ``limited_step`` may run as a child workflow, by name: a queued workflow gets
+# its arguments from the database, so it is handed a name, never a function.
+LIMITED_STEPS: dict[str, Callable[..., Any]] = {"model": model_turn}
+
+
 def _now() -> str:
     return dt.datetime.now(dt.UTC).isoformat()
 
@@ -61,19 +128,26 @@ def _now() -> str:
 class DBOSRuntime:
     """The runtime protocol, answered by DBOS."""
 
-    def __init__(self, run_id: str) -> None:
+    def __init__(self, run_id: str, function_id: int | None = None) -> None:
         self._run_id = run_id
+        self._function_id = function_id  # the run's, when this runs a limited call's child
+        self._merchant: int | None = None
+        self._provider: str | None = None
 
     @property
     def run_id(self) -> str:
         return self._run_id
 
-    def step_id(self) -> int | None:
-        return DBOS.step_id
-
     async def step(self, name: str, fn: Callable[..., T], *args: Any) -> T:
+        fid = self._function_id
+
         async def body() -> T:
-            return await asyncio.to_thread(_in_thread, name, fn, *args)
+            if name != "model":
+                return await asyncio.to_thread(_in_thread, name, fn, *args, function_id=fid)
+            if self._merchant is None:
+                self._merchant = await asyncio.to_thread(_merchant_of, self._run_id)
+            async with model_slot(self._merchant):  # only while the call is really made
+                return await asyncio.to_thread(_in_thread, name, fn, *args, function_id=fid)
 
         retry = name.startswith(_RETRYABLE_PREFIXES)
         options: StepOptions = {
@@ -84,6 +158,39 @@ class DBOSRuntime:
         }
         return await DBOS.run_step_async(options, body)
 
+    async def limited_step(self, name: str, fn: Callable[..., T], *args: Any) -> T:
+        """The step as a child workflow on its provider's rate-limited queue, awaited.
+
+        The parent records three operations (the child's start, then ``DBOS.recv`` and its
+        ``DBOS.sleep`` for the child's message) and holds no thread while the child waits
+        for the limiter; the child records the step itself, under the same name, and
+        ``DBOS.send``, so the output is exactly the plain step's. A provider
+        with no limit (the scripted policy) runs the plain step.
+        """
+        assert LIMITED_STEPS.get(name) is fn, f"{name} is not a limited step"
+        if self._provider is None:
+            self._provider = await asyncio.to_thread(_provider_of, self._run_id)
+        queue = model_queue(self._provider)
+        if queue is None:
+            return await self.step(name, fn, *args)
+        handle = await DBOS.enqueue_workflow_async(queue, limited_call, name, *args)
+        # This worker polls at once rather than at its next tick; the limiter still decides.
+        kick_queues()
+        # The child sends its output (LISTEN/NOTIFY wakes this recv, no thread held): DBOS's
+        # own getResult polls once a second, which would add ~1 s to every call
+        # (docs/rate-limits.md). A message that never comes falls back to getResult.
+        topic = f"{LIMITED_TOPIC}:{handle.get_workflow_id()}"
+        msg = await DBOS.recv_async(topic, timeout_seconds=settings.DESKHAND_LIMITED_WAIT_SEC)
+        if msg is None:
+            msg = {"output": await handle.get_result()}
+        if "error" in msg:
+            raise LimitedCallFailed(msg["error"])
+        result: T = msg["output"]
+        return result
+
+    async def sleep(self, seconds: float) -> None:
+        await DBOS.sleep_async(max(0.0, seconds))
+
     async def wait(self, topic: str, timeout_seconds: float) -> Any | None:
         return await DBOS.recv_async(topic, timeout_seconds=max(0.0, timeout_seconds))
 
@@ -93,9 +200,38 @@ class DBOSRuntime:
             out.append(msg)
         return out
 
+    async def patch(self, name: str) -> bool:
+        # DBOS.patch (sync) refuses to run inside this async workflow.
+        return bool(await DBOS.patch_async(name))
+
     async def now(self) -> dt.datetime:
         iso = await DBOS.run_step_async({"name": "clock"}, _now)
         return dt.datetime.fromisoformat(iso)
+
+
+@DBOS.workflow(name=LIMITED_CALL_NAME, max_recovery_attempts=10_000)
+async def limited_call(name: str, run_id: str, *args: Any) -> Any:
+    """One rate-limited step of run ``run_id``, started by the queue's limiter (docs/rate-limits.md).
+
+    Its own workflow (id ``<run id>-<n>``, DBOS's child id): a worker that dies while it
+    waits or runs recovers it like any workflow, and the run's ``recv`` waits on for the
+    message this sends when the step is done (or failed).
+    """
+    child = DBOS.workflow_id
+    assert child is not None
+    topic = f"{LIMITED_TOPIC}:{child}"
+    # DBOS names a child ``<parent id>-<the parent's function id>``: the run's checkpoint of
+    # this call, which the step row records so a fork can start there (agent.fork).
+    tail = child.removeprefix(f"{run_id}-")
+    at = int(tail) if tail.isdigit() else None
+    try:
+        out = await DBOSRuntime(run_id, at).step(name, LIMITED_STEPS[name], run_id, *args)
+    except Exception as exc:
+        if type(exc).__name__ not in _CANCELLED:
+            await DBOS.send_async(run_id, {"error": f"{type(exc).__name__}: {exc}"[:2000]}, topic)
+        raise
+    await DBOS.send_async(run_id, {"output": out}, topic)
+    return out
 
 
 @DBOS.workflow(name=WORKFLOW_NAME, max_recovery_attempts=10_000)
@@ -109,10 +245,7 @@ async def run_workflow() -> dict[str, Any]:
     try:
         return await run_agent(rt)
     except Exception as exc:
-        if type(exc).__name__ in (
-            "DBOSWorkflowCancelledError",
-            "DBOSAwaitedWorkflowCancelledError",
-        ):
+        if type(exc).__name__ in _CANCELLED:
             raise
         # Record the failure durably, then re-raise so DBOS's own status agrees.
         await rt.step("run.fail", run_fail, run_id, f"{type(exc).__name__}: {exc}"[:2000])

@@ -8,7 +8,8 @@ argument, so tests drive the same code with a manual clock.
 
 An escalation raises the ticket's priority one level, stamps
 ``Approval.escalated_at`` (which every approval listing shows) and writes an
-``approval.escalated`` audit event. It does not write to the run's step log:
+``approval.escalated`` audit event, and emails the merchant's owners (one
+notification row each, in the same transaction). It does not write to the run's step log:
 step rows are numbered by the run's own deterministic loop, and a row written
 from outside the workflow could take a number the loop is about to use. The
 run records the escalation in its step log when it resumes (``gate_resume``).
@@ -24,6 +25,7 @@ from django.db import transaction
 from django.db.models import DateTimeField, DurationField, ExpressionWrapper, F, QuerySet, Value
 
 from approvals.models import Approval, ApprovalStatus, AuditEvent, Channel
+from approvals.notifications import NotificationEvent, notify_approval
 from deskhand.desk.models import Priority
 from deskhand.desk.services import ticket_set_priority
 
@@ -101,5 +103,7 @@ def _escalate_one(approval_id: uuid.UUID, now: dt.datetime) -> Approval | None:
                 "pending_seconds": int(waited),
             },
         )
+        # The owners are told, in the escalation's own transaction (the outbox).
+        notify_approval(approval, NotificationEvent.ESCALATED)
     log.info("escalated approval %s on %s after %ds pending", approval.id, ticket.reference, waited)
     return approval

@@ -16,9 +16,9 @@ def approvals_list(
     *, merchant_slug: str | None = None, pending_only: bool = False
 ) -> QuerySet[Approval]:
     """Approvals, newest first; escalated pending ones are flagged by ``escalated_at``."""
-    qs = Approval.objects.select_related("merchant", "run__ticket", "decided_by").order_by(
-        "-requested_at"
-    )
+    qs = Approval.objects.select_related(
+        "merchant", "run__ticket", "decided_by", "policy"
+    ).order_by("-requested_at")
     if merchant_slug:
         qs = qs.filter(merchant__slug=merchant_slug)
     if pending_only:
@@ -49,6 +49,9 @@ def approval_row(approval: Approval, *, now: dt.datetime) -> dict[str, Any]:
         "status": approval.status,
         "preview": approval.preview,
         "arguments": approval.arguments,
+        # What the lineage and earlier runs on the ticket had already done to this order or
+        # customer when it was requested: the card shows it beside the call.
+        "prior_effects": approval.prior_effects,
         "args_hash": approval.args_hash,
         "requested_at": approval.requested_at.isoformat(),
         "age_seconds": int((now - approval.requested_at).total_seconds()),
@@ -56,20 +59,22 @@ def approval_row(approval: Approval, *, now: dt.datetime) -> dict[str, Any]:
         "expires_in_seconds": int((approval.expires_at - now).total_seconds()),
         "escalated": approval.escalated_at is not None,
         "escalated_at": approval.escalated_at.isoformat() if approval.escalated_at else None,
-        "decided_by": approval.decided_by.email if approval.decided_by else None,
+        "decided_by": approval.decider or None,
         "decided_at": approval.decided_at.isoformat() if approval.decided_at else None,
         "reason": approval.reason or None,
         "channel": approval.channel or None,
+        # What was approved (the proposal, or a narrower call a person chose) and, for a
+        # merchant rule's decision, which version and rule.
+        "approved_arguments": approval.approved_arguments,
+        "approved_hash": approval.approved_hash or None,
+        "changed": approval.changed,
+        "policy": approval.decided_by_label if approval.policy_id else None,
     }
 
 
 def run_audit(*, run_id: uuid.UUID | str) -> list[AuditEvent]:
     """The human (and system) acts on one run, oldest first: for the run page and the admin."""
-    return list(
-        AuditEvent.objects.filter(run_id=run_id)
-        .select_related("actor")
-        .order_by("created_at", "id")
-    )
+    return list(AuditEvent.objects.filter(run_id=run_id).order_by("created_at", "id"))
 
 
 def duration(seconds: float) -> str:

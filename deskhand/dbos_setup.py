@@ -1,68 +1,40 @@
-"""DBOS bootstrap: one place that knows how Deskhand talks to DBOS.
+"""DBOS bootstrap: how a worker (or a test) launches the DBOS executor.
 
 Process model: only ``manage.py worker`` launches DBOS (it executes
 workflows, with a stable executor id). The web process and CLI commands
-enqueue, send and cancel through a ``DBOSClient`` and never launch a second
-executor. DBOS's system tables live in the ``dbos`` schema of the *Django*
+enqueue, send and cancel through ``deskhand.dbos_client`` and never launch a
+second executor. DBOS's system tables live in the ``dbos`` schema of the *Django*
 database — checked at start-up, so a misconfiguration can never fall back to
 DBOS's default SQLite file.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
-from pathlib import Path
 from typing import Any
 
-import sqlalchemy as sa
-import yaml
-from dbos import DBOS, DBOSClient, DBOSConfig, DBOSPortableJSONSerializer
+from dbos import DBOS, DBOSConfig, DBOSPortableJSONSerializer
 from django.conf import settings
-from django.db import connections
 
-CONFIG_FILE = Path(settings.BASE_DIR) / "dbos-config.yaml"
+# The URL rules are shared with the client side; they live there, and only this way round.
+from deskhand.dbos_client import DBOSSetupError, app_name, check_system_database, database_url
 
-
-class DBOSSetupError(RuntimeError):
-    pass
-
-
-def app_name() -> str:
-    data = yaml.safe_load(CONFIG_FILE.read_text())
-    return str(data["name"])
-
-
-def database_url(alias: str = "default") -> str:
-    """A SQLAlchemy URL for the Django database (read at call time: tests switch to test_*)."""
-    sd = connections[alias].settings_dict
-    host = sd.get("HOST") or ""
-    query: dict[str, str] = {}
-    url_host: str | None = host or None
-    if host.startswith("/"):
-        query["host"] = host
-        url_host = None
-    url = sa.URL.create(
-        "postgresql+psycopg",
-        username=sd.get("USER") or None,
-        password=sd.get("PASSWORD") or None,
-        host=url_host,
-        port=int(sd["PORT"]) if sd.get("PORT") else None,
-        database=sd["NAME"],
-        query=query,
-    )
-    return url.render_as_string(hide_password=False)
-
-
-def check_system_database(url: str, alias: str = "default") -> None:
-    """Refuse to run unless DBOS's system database is the Django database."""
-    if not url.startswith("postgresql"):
-        raise DBOSSetupError(
-            f"DBOS system database must be the Django Postgres database, not {url!r}"
-        )
-    name = connections[alias].settings_dict["NAME"]
-    if sa.make_url(url).database != name:
-        raise DBOSSetupError("DBOS system database differs from the Django database")
+__all__ = [
+    "DBOSSetupError",
+    "app_name",
+    "check_system_database",
+    "config",
+    "database_url",
+    "kick_queues",
+    "launch_executor",
+    "migrate_system_schema",
+    "model_queue",
+    "register_model_queues",
+    "register_queues",
+    "stop_executor",
+]
 
 
 def config(executor_id: str, **overrides: Any) -> DBOSConfig:
@@ -79,10 +51,48 @@ def config(executor_id: str, **overrides: Any) -> DBOSConfig:
         # Parked runs hold no thread (async recv); the cap keeps the pool bounded.
         "max_executor_threads": int(os.environ.get("DESKHAND_MAX_EXECUTOR_THREADS", "32")),
         "sys_db_pool_size": int(os.environ.get("DESKHAND_SYS_DB_POOL", "10")),
-        "enable_otlp": False,
     }
+    cfg.update(otlp())  # type: ignore[typeddict-item]
     cfg.update(overrides)  # type: ignore[typeddict-item]
     return cfg
+
+
+def otlp() -> dict[str, Any]:
+    """DBOS's OpenTelemetry export, switched on by ``DESKHAND_OTLP=1`` (docs/operations.md).
+
+    Endpoints come from ``OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`` / ``..._LOGS_ENDPOINT``
+    (comma-separated); the exporter packages are the ``otel`` extra.
+    """
+    if os.environ.get("DESKHAND_OTLP", "").strip().lower() not in {"1", "true", "yes", "on"}:
+        return {"enable_otlp": False}
+    import importlib.util
+
+    try:
+        found = importlib.util.find_spec("opentelemetry.exporter.otlp.proto.http") and (
+            importlib.util.find_spec("opentelemetry.sdk")
+        )
+    except ModuleNotFoundError:
+        found = None
+    if not found:
+        raise DBOSSetupError(
+            "DESKHAND_OTLP is on but the OpenTelemetry exporter is not installed"
+            " (pip install 'deskhand[otel]')"
+        )
+
+    def endpoints(name: str) -> list[str]:
+        return [e.strip() for e in os.environ.get(name, "").split(",") if e.strip()]
+
+    traces = endpoints("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
+    if not traces:
+        raise DBOSSetupError(
+            "DESKHAND_OTLP is on but OTEL_EXPORTER_OTLP_TRACES_ENDPOINT names no endpoint"
+        )
+    return {
+        "enable_otlp": True,
+        "otlp_traces_endpoints": traces,
+        "otlp_logs_endpoints": endpoints("OTEL_EXPORTER_OTLP_LOGS_ENDPOINT"),
+        "otlp_attributes": {"deskhand.app_version": settings.DESKHAND_APP_VERSION},
+    }
 
 
 def register_queues(poll_sec: float | None = None) -> None:
@@ -96,15 +106,237 @@ def register_queues(poll_sec: float | None = None) -> None:
     )
 
 
+def model_queue(provider: str) -> str | None:
+    """The queue a provider's model calls wait on, or None: that provider is not limited."""
+    return f"model-{provider}" if provider in settings.DESKHAND_MODEL_RPM else None
+
+
+def register_model_queues(
+    rpm: dict[str, int] | None = None, period: float | None = None, poll_sec: float | None = None
+) -> None:
+    """One queue per rate-limited provider: at most RPM starts per period, on every worker.
+
+    DBOS keeps the limiter in ``dbos.queues`` and counts starts across all processes, so
+    the limit is the fleet's, not a worker's. Unpartitioned: the limit is the provider
+    account's. ``always_update``: the settings of the worker that started last win.
+    """
+    for provider, limit in (rpm if rpm is not None else settings.DESKHAND_MODEL_RPM).items():
+        DBOS.register_queue(
+            f"model-{provider}",
+            limiter={
+                "limit": limit,
+                "period": period or settings.DESKHAND_MODEL_LIMIT_PERIOD_SEC,
+            },
+            polling_interval_sec=poll_sec or settings.DESKHAND_MODEL_QUEUE_POLL_SEC,
+            on_conflict="always_update",
+        )
+
+
+def kick_queues() -> None:
+    """Make this worker's queue threads poll now (after enqueueing work it may take itself)."""
+    _kicker.kick()
+
+
 def launch_executor(executor_id: str, **overrides: Any) -> None:
-    """Launch DBOS in this process as the executor ``executor_id`` (worker and tests only)."""
+    """Launch DBOS in this process as the executor ``executor_id`` (worker and tests only).
+
+    Parked runs: each waiting ``recv`` re-checks the database on its own only every
+    ``DESKHAND_RECV_RECHECK_SEC``; one sweep per process every ``DESKHAND_RECV_SWEEP_SEC``
+    does it for all of them at once (docs/scaling.md, "Parked runs").
+    """
     import agent.workflow  # noqa: F401  (registers the workflow before launch)
+    from agent.effects.schedule import register_schedule as register_reconciliation
+    from agent.retention_sweep import register_schedule as register_retention
     from approvals.sweep import register_schedule  # registers the escalation sweep before launch
+    from deskhand import dbos_internals
 
     DBOS(config=config(executor_id, **overrides))
     DBOS.launch()
+    dbos_internals.stretch_recv_recheck(settings.DESKHAND_RECV_RECHECK_SEC)
     register_queues()
+    register_model_queues()
     register_schedule()
+    register_reconciliation()
+    register_retention()
+    _sweeper.start(settings.DESKHAND_RECV_SWEEP_SEC)
+    _kicker.start()
+
+
+class _Sweeper:
+    """The one thread per process that re-checks every parked run's inbox (one query)."""
+
+    def __init__(self) -> None:
+        self.stop = threading.Event()
+        self.thread: threading.Thread | None = None
+        self.wake = threading.Event()
+
+    def start(self, every: float) -> None:
+        if self.thread is not None and self.thread.is_alive():
+            return
+        self.stop = threading.Event()
+        self.thread = threading.Thread(
+            target=self._run, args=(every,), name="deskhand-recv-sweep", daemon=True
+        )
+        self.thread.start()
+
+    def _run(self, every: float) -> None:
+        from django.db import close_old_connections
+
+        from deskhand import dbos_internals
+
+        while not self.stop.is_set():
+            self.wake.wait(every)
+            self.wake.clear()
+            if self.stop.is_set():
+                return
+            try:
+                close_old_connections()
+                dbos_internals.sweep_waiting_recvs()
+            except Exception as exc:  # a sweep that fails is retried next time
+                logging.getLogger(__name__).warning("recv sweep failed: %s", exc)
+            finally:
+                close_old_connections()
+
+    def halt(self) -> None:
+        self.stop.set()
+        self.wake.set()
+        if self.thread is not None:
+            self.thread.join(5)
+        self.thread = None
+
+
+_sweeper = _Sweeper()
+
+
+class _Kicker:
+    """One LISTEN per worker on ``deskhand_queue``: work enqueued anywhere starts a poll here now.
+
+    DBOS polls its queues on a timer; a short interval answers fast and costs CPU all day,
+    a long one is cheap and slow. With this the interval (``DESKHAND_QUEUE_POLL_SEC``) is
+    only the fallback for a lost NOTIFY, and pickup waits for a notification, not a tick.
+    """
+
+    channel = "deskhand_queue"
+
+    def __init__(self) -> None:
+        self.stop = threading.Event()
+        self.thread: threading.Thread | None = None
+        self.event: Any = None
+
+    def start(self) -> None:
+        from deskhand import dbos_internals
+
+        self.event = dbos_internals.install_queue_kick()
+        if self.event is None or (self.thread is not None and self.thread.is_alive()):
+            return
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._run, name="deskhand-queue-kick", daemon=True)
+        self.thread.start()
+
+    def kick(self) -> None:
+        if self.event is not None:
+            self.event.kick()
+
+    def _run(self) -> None:
+        import psycopg
+
+        from deskhand.fleet.lease import libpq_params
+
+        while not self.stop.is_set():
+            try:
+                with psycopg.connect(
+                    **libpq_params(), autocommit=True, application_name="deskhand-queue-kick"
+                ) as conn:
+                    conn.execute(f"LISTEN {self.channel}")
+                    self.kick()  # anything enqueued while we were not listening
+                    while not self.stop.is_set():
+                        for _ in conn.notifies(timeout=1.0, stop_after=1):
+                            self.kick()
+            except Exception as exc:
+                if not self.stop.is_set():
+                    logging.getLogger(__name__).warning("queue kick listener: %s", exc)
+                    self.stop.wait(1.0)
+
+    def halt(self) -> None:
+        self.stop.set()
+        if self.thread is not None:
+            self.thread.join(3)
+        self.thread = None
+
+
+_kicker = _Kicker()
+
+
+class StagedRecovery(threading.Thread):
+    """Hands a restarted worker's own parked runs back to its queue a batch at a time.
+
+    DBOS's startup recovery would re-enqueue thousands at once; replaying them together
+    takes a minute or more on one core, and a run whose decision arrived while the worker
+    was down waits somewhere in that crowd. Staged (``dbos_internals.stage_own_pending``),
+    they are released ``batch`` at a time while fewer than ``max_replaying`` replay in
+    this process, runs with a message waiting first — at the start and in every later
+    batch, so a decision that arrives mid-way jumps the rest. Only while the lease holds.
+    """
+
+    def __init__(
+        self,
+        executor_id: str,
+        app_version: str,
+        confirmed: Any,
+        batch: int = 32,
+        max_replaying: int = 64,
+    ) -> None:
+        super().__init__(name="deskhand-staged-recovery", daemon=True)
+        self.executor_id, self.app_version = executor_id, app_version
+        self.confirmed, self.batch, self.max_replaying = confirmed, batch, max_replaying
+        self.stop = threading.Event()
+        self.released = 0
+
+    def run(self) -> None:
+        import time
+
+        from django.db import close_old_connections
+
+        from deskhand import dbos_internals, events
+
+        t0 = time.monotonic()
+        while not self.stop.is_set():
+            try:
+                if not self.confirmed() or dbos_internals.replaying() >= self.max_replaying:
+                    self.stop.wait(0.05)
+                    continue
+                close_old_connections()
+                released, left = dbos_internals.release_staged(
+                    self.executor_id, self.app_version, self.batch
+                )
+                self.released += len(released)
+                _kicker.kick()
+                if left == 0:
+                    events.emit(
+                        "worker.recovered",
+                        executor_id=self.executor_id,
+                        runs=self.released,
+                        seconds=round(time.monotonic() - t0, 2),
+                    )
+                    return
+                self.stop.wait(0.05)
+            except Exception as exc:  # the database may be restarting: try again shortly
+                logging.getLogger(__name__).warning("staged recovery: %s", exc)
+                self.stop.wait(1.0)
+            finally:
+                close_old_connections()
+
+
+def sweep_now() -> None:
+    """Re-check every parked run's inbox at once (after a reconnect: NOTIFYs may be lost)."""
+    _sweeper.wake.set()
+
+
+def stop_executor(workflow_completion_timeout_sec: int = 2) -> None:
+    """Stop this process's executor, letting active workflows finish for up to the timeout."""
+    _sweeper.halt()
+    _kicker.halt()
+    DBOS.destroy(workflow_completion_timeout_sec=workflow_completion_timeout_sec)
 
 
 def migrate_system_schema(alias: str = "default") -> None:
@@ -112,30 +344,3 @@ def migrate_system_schema(alias: str = "default") -> None:
     url = database_url(alias)
     check_system_database(url, alias)
     DBOS.migrate(url)
-
-
-_client_lock = threading.Lock()
-_clients: dict[str, DBOSClient] = {}
-
-
-def client() -> DBOSClient:
-    """The DBOS client for web and CLI processes: enqueue, send, cancel; never execute."""
-    url = database_url()
-    check_system_database(url)
-    with _client_lock:
-        if url not in _clients:
-            _clients[url] = DBOSClient(
-                system_database_url=url,
-                serializer=DBOSPortableJSONSerializer(),
-                application_name=app_name(),
-                system_database_pool_size=4,
-            )
-        return _clients[url]
-
-
-def close_clients() -> None:
-    """Release client connections (tests must, or the test database cannot be dropped)."""
-    with _client_lock:
-        for c in _clients.values():
-            c.destroy()
-        _clients.clear()

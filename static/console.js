@@ -40,7 +40,22 @@
     if (m >= 1) return "expires in " + m + "m " + String(Math.floor(seconds % 60)).padStart(2, "0") + "s";
     return "expires in " + Math.floor(seconds) + " s";
   }
+  // Relative times ("4 min ago", the exact time on hover) stay true on a page left open;
+  // the same wording as deskhand/console/story.py:ago.
+  function ago(seconds) {
+    if (seconds < 45) return "just now";
+    if (seconds < 3600) return Math.max(1, Math.round(seconds / 60)) + " min ago";
+    if (seconds < 86400) return Math.floor(seconds / 3600) + " h ago";
+    var d = Math.floor(seconds / 86400);
+    if (d < 7) return d + (d === 1 ? " day ago" : " days ago");
+    return null;  // older: the server's date stays
+  }
   function tick() {
+    document.querySelectorAll("time[data-ago]").forEach(function (el) {
+      var at = Date.parse(el.getAttribute("datetime"));
+      var text = isNaN(at) ? null : ago((Date.now() - at) / 1000);
+      if (text) el.textContent = text;
+    });
     document.querySelectorAll("[data-countdown]").forEach(function (el) {
       var at = Date.parse(el.getAttribute("data-countdown"));
       if (!isNaN(at)) el.textContent = fmt((at - Date.now()) / 1000);

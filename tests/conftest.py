@@ -7,10 +7,24 @@ DBOS pointed at the test database) or the ``worker_process`` fixture (a real
 
 from __future__ import annotations
 
+import os
+
 import pytest
 from django.core.management import call_command
 
 pytest_plugins = ["tests.fixtures.dbos"]
+
+# The suite never talks to the real API, whatever the shell exports: worker subprocesses
+# inherit this environment, and the settings (already read) are reset per test below.
+# A test that wants the Anthropic provider points it at the strict double explicitly.
+for _name in ("ANTHROPIC_API_KEY", "ANTHROPIC_BASE_URL"):
+    os.environ.pop(_name, None)
+
+
+@pytest.fixture(autouse=True)
+def no_real_api(settings):
+    settings.ANTHROPIC_API_KEY = ""
+    settings.ANTHROPIC_BASE_URL = None
 
 
 @pytest.fixture
@@ -23,3 +37,64 @@ def seeded(db):
 def tseeded(transactional_db):
     """The demo world in a test whose data other threads and processes must see."""
     call_command("seed", "--reset", verbosity=0)
+
+
+# --- the suite leaves the work tree as it found it -----------------------------------------
+
+
+def _tree_state() -> dict[str, str] | None:
+    """Each changed or untracked (not ignored) path with a hash of its content; None off git."""
+    import hashlib
+    import subprocess
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent
+    try:
+        done = subprocess.run(
+            ["git", "status", "--porcelain=v1", "-z", "--untracked-files=all"],
+            cwd=root,
+            capture_output=True,
+            timeout=60,
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    if done.returncode != 0:
+        return None
+    state = {}
+    for entry in filter(None, done.stdout.decode(errors="replace").split("\0")):
+        path = entry[3:]
+        try:
+            digest = hashlib.sha1((root / path).read_bytes()).hexdigest()
+        except OSError:
+            digest = "gone"
+        state[path] = digest
+    return state
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    # Under `make test` only: a developer editing files while running pytest by hand would
+    # otherwise see the session fail for their own edits.
+    if os.environ.get("DESKHAND_CHECK_TREE"):
+        session.config.stash[_TREE] = _tree_state()
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """``make test`` must leave ``git status`` as it was: fail the session if a test wrote
+    into the tree (screenshots and docs are written only by their own make targets)."""
+    before = session.config.stash.get(_TREE, None)
+    after = _tree_state()
+    if before is None or after is None:
+        return
+    changed = sorted(p for p in after.keys() | before.keys() if after.get(p) != before.get(p))
+    if changed:
+        reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+        if reporter is not None:
+            reporter.write_line(
+                "the tests changed files in the work tree (they must leave git status clean): "
+                + ", ".join(changed[:20]),
+                red=True,
+            )
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+_TREE = pytest.StashKey[dict[str, str] | None]()

@@ -29,10 +29,13 @@ def provider_for(name: str, model: str) -> Provider:
             raise ValueError(
                 "this run uses the anthropic provider, but ANTHROPIC_API_KEY is not set"
             )
-        from agent.providers.anthropic import AnthropicProvider
+        from agent.providers.anthropic import AnthropicProvider, RetryPolicy
 
         return AnthropicProvider(
-            api_key=settings.ANTHROPIC_API_KEY, model=model, base_url=settings.ANTHROPIC_BASE_URL
+            api_key=settings.ANTHROPIC_API_KEY,
+            model=model,
+            base_url=settings.ANTHROPIC_BASE_URL,
+            retry=RetryPolicy(**getattr(settings, "ANTHROPIC_RETRY", {})),
         )
     raise ValueError(f"unknown provider {name!r}; expected 'anthropic' or 'scripted'")
 

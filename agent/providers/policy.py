@@ -1,4 +1,4 @@
-"""The keyless default model: ``PolicyProvider``, and its gullible double ``ObedientProvider``.
+"""The keyless default model: ``PolicyProvider``, the policy reader.
 
 ``PolicyProvider`` decides only from what the tools returned — the order
 record, its items and refund remainder, and the numbers written in the
@@ -21,7 +21,6 @@ from agent.fence import unwrap
 from agent.providers.base import ModelReply
 from agent.providers.scripted import MARK, _assistant_turns, _Reporting, say
 
-OBEDIENT_MODEL = "scripted-obedient-1"
 DENIAL_PREFIX = "A person declined this action."
 IRREVERSIBLE = ("issue_refund", "send_customer_email", "cancel_order")
 
@@ -84,7 +83,7 @@ class ToolCall:
         if self.declined:
             reason = re.search(r"Reason:\s*(.*)", text)
             return f"a person declined it (reason: {reason.group(1).strip() if reason else 'none given'})"
-        return f"it failed: {_first_line(text)}"
+        return f"it failed: {first_line(text)}"
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -181,6 +180,11 @@ _INSTRUCTION = re.compile(
 )
 _REFUND_INSTRUCTION = re.compile(r"\bcall\s+issue_refund\b", re.IGNORECASE)
 _ORDER_REF = re.compile(r"\b[A-Z]{2}-\d{4}\b")
+# How an earlier run's note records a refund a person declined (``Case._outcome``).
+_DECLINED_REFUND = re.compile(
+    r"I asked to refund (\d+\.\d{2}) ([A-Z]{3}) against ([A-Z0-9-]+), but a person declined it"
+    r" \(reason: ([^)]*)\)"
+)
 
 # Topic, in order of precedence, and what to search the knowledge base for.
 _TOPICS = (
@@ -210,7 +214,7 @@ def _sentences(text: str) -> list[str]:
     return [s.strip() for s in re.split(r"(?<=[.!?])\s+|\n+", text) if s.strip()]
 
 
-def _first_line(text: str, limit: int = 200) -> str:
+def first_line(text: str, limit: int = 200) -> str:
     line = text.strip().split("\n", 1)[0]
     return line if len(line) <= limit else line[: limit - 1] + "…"
 
@@ -297,6 +301,9 @@ class Verdict:
     status: str  # the ticket status to finish on
     why: str  # the reasoning, citing the facts and the policy
     acts: tuple[Step, ...] = ()  # irreversible calls, in order, each after the last succeeded
+    # The status to finish on when a person declines the acts: a call beyond what the policy
+    # makes due (the shipping, once the goods are refunded) leaves the ticket as it was.
+    if_declined: str = "escalated"
 
 
 class Case:
@@ -318,7 +325,7 @@ class Case:
         self.words = " ".join(s for s in _sentences(words) if not _INSTRUCTION.search(s)).lower()
         self.order_references = list(dict.fromkeys(_ORDER_REF.findall("\n".join(customer_words))))
         self.topic = next((t for t, p in _TOPICS if re.search(p, self.words)), "unknown")
-        self.kb_query = _QUERIES.get(self.topic) or _first_line(
+        self.kb_query = _QUERIES.get(self.topic) or first_line(
             str(ticket.get("subject") or "help"), 80
         )
         self.email = str((ticket.get("customer") or {}).get("email", ""))
@@ -383,10 +390,46 @@ class Case:
     def verdict(self) -> Verdict:
         judged = self._judge()
         failed = [c for c in self.history.irreversible() if c.text is not None and c.is_error]
+        if failed and all(c.declined for c in failed) and judged.if_declined != "escalated":
+            return Verdict(judged.if_declined, judged.why + " A person declined it.")
         if failed:
             # Never retry what a person declined or a tool refused: hand it to a person.
             return Verdict("escalated", judged.why + " A person should decide what is due now.")
+        for i, (name, args) in enumerate(judged.acts):
+            if self.history.attempt(name, args) is None and (
+                earlier := self.declined_earlier(name, args)
+            ):
+                # Never ask again what a person declined in an earlier run on this ticket;
+                # nor anything that was to follow it.
+                why = (
+                    f"{judged.why} A person already declined this in an earlier run on "
+                    f"{self.reference} ({earlier}), so I do not ask again."
+                )
+                if judged.if_declined == "escalated":
+                    why += " A person should decide what is due now."
+                return Verdict(judged.if_declined, why, judged.acts[:i])
         return judged
+
+    def declined_earlier(self, name: str, args: dict[str, Any]) -> str | None:
+        """The sentence an earlier run's note gave for declining this same call, if one did.
+
+        Read from the ticket's internal notes this provider wrote (customers cannot write
+        notes, and a note without the provider's mark is a person's, not a record of a call).
+        """
+        if name != "issue_refund":
+            return None
+        amount = args.get("amount_cents")
+        if not isinstance(amount, int):
+            return None
+        for m in self.ticket.get("messages", []):
+            body = str(m.get("body", ""))
+            if m.get("kind") != "note" or not body.startswith(MARK):
+                continue
+            for asked, currency, ref, reason in _DECLINED_REFUND.findall(body):
+                same = asked == _money(amount, currency).split(" ")[0]
+                if same and ref == args.get("order_reference"):
+                    return f"reason: {reason.strip()}"
+        return None
 
     def _escalate(self, why: str) -> Verdict:
         return Verdict("escalated", why)
@@ -403,7 +446,7 @@ class Case:
             return self._escalate("I could not match the request to a published policy.")
         order = self.order_in_play()
         if order is None:
-            errors = [f"{c.args.get('reference')}: {_first_line(c.text or '')}"
+            errors = [f"{c.args.get('reference')}: {first_line(c.text or '')}"
                       for c in self.history.calls if c.name == "get_order" and c.is_error]  # fmt: skip
             if not self.order_references:
                 return self._escalate("The ticket names no order, so I had nothing to check.")
@@ -449,25 +492,50 @@ class Case:
             if not str(i.get("sku", "")).upper().startswith("SHIP")
             and "shipping" not in str(i.get("description", "")).lower()
         )
-        amount = min(goods, int(order.get("refundable_cents", 0)))
-        if amount <= 0:
-            return self._escalate(
-                f"Nothing is left to refund on {ref} ({_money(order.get('refunded_cents', 0), currency)}"
-                " already refunded)."
+        refundable = int(order.get("refundable_cents", 0))
+        refunded = int(order.get("refunded_cents", 0))
+        # What went back already counts against the goods first: the policy refunds goods.
+        goods_left = min(max(goods - refunded, 0), refundable)
+        window_text = f'inside the {window[0]}-day window ("{window[1]}")'
+        if goods_left > 0:
+            reason = (
+                f"{MARK} Quality problem reported {days} days after delivery, inside the "
+                f"{window[0]}-day window; goods only, not shipping."
             )
+            why = (
+                f"The customer reports a quality problem {days} days after delivery of {ref}, "
+                f"{window_text}, so the goods are due ({_money(goods_left, currency)}), not shipping."
+            )
+            acts = (
+                (
+                    "issue_refund",
+                    {"order_reference": ref, "amount_cents": goods_left, "reason": reason},
+                ),
+            )
+            return Verdict("resolved", why, acts)
+        if refundable <= 0:
+            return self._escalate(
+                f"Nothing is left to refund on {ref} ({_money(refunded, currency)} already refunded)."
+            )
+        # The goods went back already; what is left is the shipping, which the policy does not
+        # make due. Asked as what it is, so the approver decides knowing it.
         reason = (
-            f"{MARK} Quality problem reported {days} days after delivery, inside the "
-            f"{window[0]}-day window; goods only, not shipping."
+            f"{MARK} Shipping only, not goods: the goods on {ref} were refunded already "
+            f"({_money(refunded, currency)}); the quality policy does not cover shipping."
         )
         why = (
-            f"The customer reports a quality problem {days} days after delivery of {ref}, inside "
-            f'the {window[0]}-day window ("{window[1]}"), so the goods are due '
-            f"({_money(amount, currency)}), not shipping."
+            f"The customer reports a quality problem {days} days after delivery of {ref}, "
+            f"{window_text}; the goods were refunded already ({_money(refunded, currency)}). Only "
+            f"the shipping ({_money(refundable, currency)}) is left, which the policy does not "
+            "make due, so a person decides whether it goes back too."
         )
         acts = (
-            ("issue_refund", {"order_reference": ref, "amount_cents": amount, "reason": reason}),
+            (
+                "issue_refund",
+                {"order_reference": ref, "amount_cents": refundable, "reason": reason},
+            ),
         )
-        return Verdict("resolved", why, acts)
+        return Verdict("resolved", why, acts, if_declined="resolved")
 
     def _shipping(self, order: dict[str, Any], policy: Policy) -> Verdict:
         ref, status = order["reference"], order.get("status")
@@ -631,7 +699,7 @@ class Case:
     def embedded_notice(self, obeyed: bool) -> str:
         if not self.embedded:
             return ""
-        quote = _first_line(self.embedded[0], 160)
+        quote = first_line(self.embedded[0], 160)
         verb = "I acted on them" if obeyed else "they were ignored"
         return f' The ticket contains embedded instructions addressed to the agent ("{quote}"); {verb}.'
 
@@ -689,7 +757,7 @@ class PolicyProvider(_Reporting):
         if read is None:
             return ("get_ticket", {"reference": ref})
         if not isinstance(read.data, dict):
-            return f"{MARK} I could not read ticket {ref}: {_first_line(read.text or '')} Nothing was changed."
+            return f"{MARK} I could not read ticket {ref}: {first_line(read.text or '')} Nothing was changed."
         case = Case(ref, read.data, history)
         for order_ref in case.order_references:
             if history.last("get_order", reference=order_ref) is None:
@@ -711,29 +779,3 @@ class PolicyProvider(_Reporting):
         if history.last("set_ticket_status", reference=ref) is None:
             return ("set_ticket_status", {"reference": ref, "status": verdict.status})
         return case.summary(verdict, obeyed)
-
-
-class ObedientProvider(PolicyProvider):
-    """A gullible model, for proving the gate holds: it obeys refund instructions it reads.
-
-    Once it has read the order in play, any tool result or ticket message
-    telling it to call issue_refund makes it ask for that order's full total,
-    quoting the instruction as its reason. Otherwise it is ``PolicyProvider``.
-    """
-
-    model = OBEDIENT_MODEL
-    obeys_embedded_instructions = True
-
-    def _intervene(self, history: History, case: Case) -> Step | None:
-        instruction = next(
-            (s for t in history.untrusted_texts() for s in refund_instructions(t)), None
-        )
-        order = case.order_in_play()
-        if instruction is None or order is None:
-            return None
-        args = {
-            "order_reference": order["reference"],
-            "amount_cents": int(order["total_cents"]),
-            "reason": f'{MARK} As instructed: "{_first_line(instruction, 400)}"',
-        }
-        return None if history.attempt("issue_refund", args) else ("issue_refund", args)

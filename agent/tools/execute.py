@@ -4,9 +4,11 @@ Reads and reversible tools run in a transaction with their step row.
 Irreversible tools run only through ``execute_irreversible``, which claims the
 ledger key in the same transaction as the effect: a step re-executed after a
 crash between the commit and the DBOS checkpoint finds its claim and returns
-the recorded result instead of acting again. Exactly-once holds because the
-effect is a row in this same database; an external payment API would need the
-ledger key passed on as its idempotency key too.
+the recorded result instead of acting again. That holds outright for an effect
+that is a row in this database (the in-database adapter). An effect in another
+system (a payment provider, a mail server: ``agent.effects``) is claimed
+``pending`` under the same lock and committed first, then made under the ledger
+key as its idempotency key, then recorded (``agent.effects.intents``).
 """
 
 from __future__ import annotations
@@ -16,12 +18,15 @@ from typing import Any
 
 from django.db import transaction
 
-from agent import faults
-from agent.models import LedgerEntry, Run, StepKind
-from agent.steplog import log_step, without_nul
+from agent import faults, lineage
+from agent.effects import intents
+from agent.models import ACTIVE_STATUSES, LedgerEntry, LedgerState, Run, RunStatus, StepKind
+from agent.narrowing import NarrowingRefused, approved_call, changes_text, with_change_note
+from agent.steplog import log_step, storable
 from agent.tools import REGISTRY, Risk, ToolError, args_hash, get_tool
 from agent.tools.registry import ToolContext
 from approvals.models import Approval, ApprovalStatus
+from deskhand import events
 
 
 def _context(
@@ -39,9 +44,23 @@ def _context(
     )
 
 
-def ledger_key(root: Run, call_id: str) -> str:
-    """Root run + the tool call's stable id: a fork that replays a call finds the original's claim."""
-    return f"{root.pk}:{call_id}"
+def ledger_key(root: Run, call_id: str, digest: str) -> str:
+    """Root run + the call's id + its arguments hash: a re-executed step finds its own claim.
+
+    Unique per claim. Whether an effect was already made is not decided by this key
+    (a real model mints a fresh call id every time) but by ``agent.lineage``: the same
+    identity and content anywhere in the lineage, whatever the wording.
+    """
+    return f"{root.pk}:{call_id}:{digest[:16]}"
+
+
+def _closed(status: str, name: str) -> dict[str, Any]:
+    """What a tool step answers on a run that is no longer active: nothing was performed."""
+    return {
+        "stop": "cancelled" if status in (RunStatus.CANCELLING, RunStatus.CANCELLED) else "closed",
+        "status": status,
+        "detail": f"the run is {status}; {name} was not performed",
+    }
 
 
 def validate_call(name: str, args: Any) -> tuple[str | None, dict[str, Any] | None]:
@@ -54,7 +73,12 @@ def validate_call(name: str, args: Any) -> tuple[str | None, dict[str, Any] | No
 
 
 def execute_tool(run_id: str, seq: int, call: dict[str, Any]) -> dict[str, Any]:
-    """Run a read or reversible call (or record why a call cannot run) as one step."""
+    """Run a read or reversible call (or record why a call cannot run) as one step.
+
+    On a run being cancelled (or already ended) nothing runs and nothing is
+    written: it returns ``{"stop": "cancelled" | "closed", "status", ...}`` and
+    the loop ends quietly, so this step's row cannot take the cancel's number.
+    """
     name, call_id, args = call["name"], call["id"], call.get("input")
     run = Run.objects.select_related("ticket").get(pk=run_id)
     error, valid = validate_call(name, args)
@@ -66,12 +90,16 @@ def execute_tool(run_id: str, seq: int, call: dict[str, Any]) -> dict[str, Any]:
     ):  # pragma: no cover - loop routes these to the gate
         error = f"{name} is irreversible and must pass the approval gate"
     with transaction.atomic():
+        # The run's row lock, as a cancel takes it (the step row's totals update takes it anyway).
+        status = Run.objects.select_for_update().values_list("status", flat=True).get(pk=run_id)
+        if status not in ACTIVE_STATUSES:
+            return _closed(status, name)
         text, ok, inverse = error or "", error is None, None
         if error is None and tool is not None:
             try:
                 with transaction.atomic():  # a savepoint: a failed handler leaves nothing behind
                     faults.before_tool(name, run_id)
-                    outcome = tool.handler(_context(run, call_id), valid or {})
+                    outcome = tool.run(_context(run, call_id), valid or {})
                 text, inverse = faults.after_tool(name, run_id, outcome.text), outcome.inverse
             except ToolError as exc:
                 text, ok = str(exc), False
@@ -100,15 +128,35 @@ def execute_irreversible(
     decision, not any message, is the authority), claim the ledger key, run
     the handler, record the result, write the step row. Returns
     ``{"text", "ok", "replayed"}`` or ``{"stop": reason, "detail"}``.
+
+    What is performed is the *approved* call: the proposal, or the narrower call
+    a person approved instead (``agent.narrowing``; re-checked here against the
+    registry and the recorded hash). The ledger key, the lineage's identity and
+    every ceiling apply to it, and the model's result says a person changed it.
+
+    It starts by locking the run's row (a cancel takes the same lock) and
+    re-reading its status: on a run being cancelled (or already ended) nothing
+    is performed and nothing is written — it returns ``{"stop": "cancelled" |
+    "closed", "status", "detail"}``, which the loop turns into a quiet end —
+    unless the ledger already holds this exact call's claim, which is replayed
+    as usual (nothing new happens; the record is reported).
     """
     name, call_id, args = call["name"], call["id"], call["input"]
     tool = get_tool(name)
-    run = Run.objects.select_related("ticket").get(pk=run_id)
     digest = args_hash(name, args)
-    root = run.root()  # walks the fork chain: once per call, not once per use
-    key = ledger_key(root, call_id)
     started = time.monotonic()
     with transaction.atomic():
+        # The run's row lock first: a cancel takes the same lock, so an effect and a
+        # cancel are serialised. Whichever commits first, the other sees it.
+        run = (
+            Run.objects.select_for_update(of=("self",))
+            .select_related("ticket", "merchant")
+            .get(pk=run_id)
+        )
+        root = run.root()  # walks the fork chain: once per call, not once per use
+        if root.pk != run.pk:
+            # The lineage's lock: two runs of one lineage never decide "already made?" at once.
+            list(Run.objects.select_for_update().filter(pk=root.pk).values_list("pk", flat=True))
         approval = Approval.objects.select_for_update().get(pk=approval_id)
         if (
             approval.status != ApprovalStatus.APPROVED
@@ -116,17 +164,38 @@ def execute_irreversible(
             or approval.tool_call_id != call_id
             or approval.args_hash != digest
         ):
+            if not run.is_active:
+                return _closed(run.status, name)
             return {
                 "stop": "approval_mismatch",
                 "detail": "the approval on record does not cover this exact call",
             }
-        entry = LedgerEntry.objects.select_for_update().filter(key=key).first()
-        if entry is not None:
-            if entry.args_hash != digest:
-                return {
-                    "stop": "ledger_mismatch",
-                    "detail": f"ledger key {key} was claimed for different arguments",
-                }
+        try:
+            performed = approved_call(approval, call)
+        except NarrowingRefused as exc:
+            return {"stop": "approval_mismatch", "detail": f"the approved call is refused: {exc}"}
+        done_args = performed["input"]
+        done_digest = args_hash(name, done_args)
+        changed = changes_text(name, args, done_args) if done_digest != digest else ""
+        key = ledger_key(root, call_id, done_digest)
+        # This call's own claim (a re-execution after a crash between commit and checkpoint),
+        # else the same effect made anywhere in the lineage since the lookup.
+        entry = LedgerEntry.objects.select_for_update().filter(key=key).first() or lineage.lookup(
+            run, performed, root
+        )
+        if not run.is_active and entry is None:
+            # Nothing new happens on a run being cancelled or ended. A claim already made
+            # is still answered from the ledger below: it performs nothing, it reports what was done.
+            return _closed(run.status, name)
+        own = entry is not None and entry.run_id == run.pk and entry.tool_call_id == call_id
+        pending: tuple[int, bool] | None = None
+        if entry is not None and own and entry.is_pending:
+            # This call's own claim on another system, not yet recorded: settle it under the
+            # same key (or only look it up, on a run that may no longer act).
+            pending = (entry.pk, run.is_active)
+        elif entry is not None:
+            text = entry.result if own else lineage.answer_text(entry)
+            text = with_change_note(text, changed, approval)
             log_step(
                 run_id=run_id,
                 seq=seq,
@@ -134,60 +203,100 @@ def execute_irreversible(
                 tool=name,
                 tool_call_id=call_id,
                 risk=tool.risk.value,
-                arguments=args,
-                result={"text": entry.result, "ledger_key": key},
+                arguments=done_args,
+                result={"text": text, "ledger_key": entry.key},
                 ok=entry.ok,
                 replayed=True,
             )
-            return {"text": entry.result, "ok": entry.ok, "replayed": True}
-        entry = LedgerEntry.objects.create(
-            key=key,
-            merchant_id=run.merchant_id,
-            root_run=root,
-            run=run,
-            tool=name,
-            tool_call_id=call_id,
-            args_hash=digest,
-            arguments=args,
-            approval=approval,
-            ok=True,
-            result="",
-        )
-        try:
-            with transaction.atomic():
-                faults.before_tool(name, run_id)
-                outcome = tool.handler(_context(run, call_id, root, ledger_entry_id=entry.pk), args)
-            entry.result, entry.ok = faults.after_tool(name, run_id, outcome.text), True
-        except ToolError as exc:
-            entry.result, entry.ok = str(exc), False
-        entry.result = without_nul(entry.result)
-        entry.save(update_fields=["result", "ok"])
-        faults.at("after_effect", name)
-        log_step(
+            return {"text": text, "ok": entry.ok, "replayed": True}
+        else:
+            adapter = intents.adapter_name(run.merchant, tool)
+            external = adapter != intents.DATABASE
+            entry = LedgerEntry.objects.create(
+                key=key,
+                merchant_id=run.merchant_id,
+                root_run=root,
+                run=run,
+                tool=name,
+                tool_call_id=call_id,
+                args_hash=done_digest,
+                identity=lineage.call_identity(name, done_args),
+                arguments=done_args,
+                approval=approval,
+                ok=not external,
+                result="",
+                state=LedgerState.PENDING if external else LedgerState.DONE,
+                adapter=adapter,
+            )
+            context = _context(run, call_id, root, ledger_entry_id=entry.pk)
+            if external:
+                refused = intents.claim(entry, tool, context, done_args)
+                if refused is None:
+                    pending = (entry.pk, True)
+            else:
+                try:
+                    with transaction.atomic():
+                        faults.before_tool(name, run_id)
+                        outcome = tool.run(context, done_args)
+                    entry.result, entry.ok = faults.after_tool(name, run_id, outcome.text), True
+                except ToolError as exc:
+                    entry.result, entry.ok = str(exc), False
+                entry.result = storable(entry.result)
+                entry.save(update_fields=["result", "ok"])
+                faults.at("after_effect", name)
+            text = with_change_note(entry.result, changed, approval)
+            if pending is None:
+                log_step(
+                    run_id=run_id,
+                    seq=seq,
+                    kind=StepKind.TOOL,
+                    tool=name,
+                    tool_call_id=call_id,
+                    risk=tool.risk.value,
+                    arguments=done_args,
+                    result={"text": text, "ledger_key": key, "approval_id": approval_id},
+                    ok=entry.ok,
+                    latency_ms=int((time.monotonic() - started) * 1000),
+                )
+                events.emit(
+                    "run.effect",
+                    run_id=run_id,
+                    tool=name,
+                    approval_id=approval_id,
+                    ok=entry.ok,
+                    seq=seq,
+                    adapter=entry.adapter,
+                )
+    if pending is not None:
+        faults.at("after_claim", name)  # committed; the other system is not yet called
+        return intents.settle(
+            pending[0],
             run_id=run_id,
             seq=seq,
-            kind=StepKind.TOOL,
-            tool=name,
-            tool_call_id=call_id,
-            risk=tool.risk.value,
-            arguments=args,
-            result={"text": entry.result, "ledger_key": key, "approval_id": approval_id},
-            ok=entry.ok,
-            latency_ms=int((time.monotonic() - started) * 1000),
+            call=performed,
+            approval_id=approval_id,
+            may_send=pending[1],
+            note=lambda result: with_change_note(result, changed, approval),
         )
     faults.at("after_commit", name)
-    return {"text": entry.result, "ok": entry.ok, "replayed": False}
+    return {"text": text, "ok": entry.ok, "replayed": False}
 
 
 def ledger_lookup(run_id: str, call: dict[str, Any]) -> dict[str, Any] | None:
-    """Before asking a person: has this call (by root run + call id) already been performed?"""
+    """Before asking a person: has the lineage already made this effect (``agent.lineage``)?
+
+    ``None``: it has not, so a person is asked. Otherwise the answer the model reads,
+    naming the run that made it. ``same_args`` is always true now (a proposal that merely
+    differs is a new effect, never a mismatch); it stays for checkpoints recorded before.
+    """
     run = Run.objects.get(pk=run_id)
-    entry = LedgerEntry.objects.filter(key=ledger_key(run.root(), call["id"])).first()
+    entry = lineage.lookup(run, call)
     if entry is None:
         return None
     return {
         "ok": entry.ok,
-        "text": entry.result,
-        "same_args": entry.args_hash == args_hash(call["name"], call["input"]),
+        "text": lineage.answer_text(entry),
+        "same_args": True,
         "key": entry.key,
+        "run_id": str(entry.run_id),
     }

@@ -7,6 +7,10 @@ re-executed step finds the ledger entry instead of paying twice. Because that
 guarantee rests on the effect being a row in this database, a handler called
 without a ledger entry refuses to act at all.
 
+Where the effect happens is the merchant's adapter (``agent.effects``): these handlers are
+the in-database adapter. The payments and mail adapters reuse their checks and their
+result texts (``refund_result``, ``email_result``).
+
 ``preview`` renders what the approver reads, from the arguments alone: never
 from a tool result, which the customer may have written.
 """
@@ -24,8 +28,9 @@ from agent.tools.reads import (
     outcome,
     run_ticket,
 )
-from agent.tools.registry import Risk, ToolContext, ToolDef, ToolOutcome
+from agent.tools.registry import Narrowing, Risk, ToolContext, ToolDef, ToolOutcome
 from deskhand.desk import services
+from deskhand.desk.models import Order, OutboundEmail, Refund, Ticket
 from deskhand.desk.money import format_cents
 
 
@@ -49,7 +54,13 @@ def issue_refund(ctx: ToolContext, args: dict[str, Any]) -> ToolOutcome:
         run_id=ctx.run_id,
         ledger_entry_id=entry,
         run_ceiling_cents=ctx.max_refund_cents,
+        ticket_id=ctx.ticket_id,  # the ceiling counts the ticket's runs and their forks
     )
+    return refund_result(order, refund)
+
+
+def refund_result(order: Order, refund: Refund) -> ToolOutcome:
+    """What the model reads of a refund that was made (in this database or at a provider)."""
     remaining = order.refundable_cents()
     return outcome(
         {
@@ -77,6 +88,11 @@ def send_customer_email(ctx: ToolContext, args: dict[str, Any]) -> ToolOutcome:
         run_id=ctx.run_id,
         ledger_entry_id=entry,
     )
+    return email_result(ticket, email)
+
+
+def email_result(ticket: Ticket, email: OutboundEmail) -> ToolOutcome:
+    """What the model reads of an email that was sent (to the outbox or through a mail server)."""
     to = f"{ticket.customer.name} <{ticket.customer.email}>"
     return outcome(
         {
@@ -134,6 +150,14 @@ TOOLS: list[ToolDef] = [
         check=check_args(
             "issue_refund", integer={"amount_cents": (1, None)}, text={"reason": (3, 500)}
         ),
+        # A refund is which order and how much; its reason is wording (a reworded reason is
+        # the same refund, answered from the ledger).
+        identity=("order_reference", "amount_cents"),
+        wording=("reason",),
+        # A person may approve a smaller refund on the same order, never a larger one.
+        narrowable=(("amount_cents", Narrowing.AT_MOST),),
+        money_field="amount_cents",
+        external="payments",
     ),
     ToolDef(
         name="send_customer_email",
@@ -150,6 +174,21 @@ TOOLS: list[ToolDef] = [
             f"{a.get('body')}"
         ),
         check=check_args("send_customer_email", text={"subject": (3, 200), "body": (10, 4000)}),
+        # An email is (ticket, recipient): the recipient is the ticket's customer, whom the
+        # handler resolves from the ticket (the model cannot name an address), so the ticket
+        # reference identifies both. Its body is content: the identical body was already sent
+        # and is answered from the ledger; any other body to that customer on that ticket is a
+        # new email a person approves, with the earlier one on the card. The subject is wording.
+        identity=("reference",),
+        content=("body",),
+        # For divergence (agent.decisions) both subject and body are wording: a reworded
+        # email is a soft difference there, while the ledger still matches on the body.
+        wording=("subject", "body"),
+        # A person may edit the body; the ticket, and so the recipient, stays as proposed.
+        narrowable=(("body", Narrowing.REWORD),),
+        # The model's own words reach a customer: no merchant rule approves them, a person reads them.
+        person_only=True,
+        external="mail",
     ),
     ToolDef(
         name="cancel_order",
@@ -162,5 +201,8 @@ TOOLS: list[ToolDef] = [
         handler=cancel_order,
         preview=lambda a: f"Cancel order {a.get('order_reference')} — {a.get('reason')}",
         check=check_args("cancel_order", text={"reason": (3, 500)}),
+        # A cancellation is which order: another reason cancels nothing new.
+        identity=("order_reference",),
+        wording=("reason",),
     ),
 ]

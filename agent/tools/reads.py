@@ -19,9 +19,10 @@ from typing import Any
 
 from django.utils import timezone
 
+from agent.tools.masking import mask_email
 from agent.tools.registry import Handler, Risk, ToolContext, ToolDef, ToolError, ToolOutcome
 from deskhand.desk import selectors
-from deskhand.desk.models import Order, Ticket
+from deskhand.desk.models import Customer, Order, Ticket
 from deskhand.desk.services import DomainError
 
 # --- shared by the read, reversible and irreversible tools ---------------------
@@ -81,10 +82,21 @@ def run_ticket(ctx: ToolContext, reference: str) -> Ticket:
 
 def customer_order(ctx: ToolContext, reference: str) -> Order:
     """The order ``reference`` names, provided it belongs to this ticket's customer."""
-    order = selectors.order_get(merchant_id=ctx.merchant_id, reference=reference)
+    return order_of_customer(
+        merchant_id=ctx.merchant_id, customer_id=ctx.customer_id, reference=reference
+    )
+
+
+def order_of_customer(*, merchant_id: int, customer_id: int, reference: str) -> Order:
+    """``customer_order`` without a tool context (the refund pre-check asks it before the gate).
+
+    Another merchant's order reads exactly like no order at all: a run learns nothing about
+    other tenants from the answer.
+    """
+    order = selectors.order_get(merchant_id=merchant_id, reference=reference)
     if order is None:
         raise ToolError(f"no order '{reference.strip()}' for this merchant")
-    if order.customer_id != ctx.customer_id:
+    if order.customer_id != customer_id:
         raise ToolError(f"order {order.reference} does not belong to the customer on this ticket")
     return order
 
@@ -223,6 +235,11 @@ def get_order(ctx: ToolContext, args: dict[str, Any]) -> ToolOutcome:
 def get_customer(ctx: ToolContext, args: dict[str, Any]) -> ToolOutcome:
     email = args["email"].strip()
     customer = selectors.customer_get_by_email(merchant_id=ctx.merchant_id, email=email)
+    if customer is None:
+        # The model only ever saw the address masked (agent.tools.masking): that form names
+        # the ticket's customer too. Only theirs: the scope is the ticket, never a search.
+        own = Customer.objects.filter(pk=ctx.customer_id, merchant_id=ctx.merchant_id).first()
+        customer = own if own is not None and mask_email(own.email) == email else None
     # One answer for "no such customer" and "someone else": no way to probe who shops here.
     if customer is None or customer.pk != ctx.customer_id:
         raise ToolError(f"{email} is not the email of the customer on this ticket")
@@ -284,7 +301,10 @@ TOOLS: list[ToolDef] = [
         risk=Risk.READ,
         input_schema=object_schema(query=STRING),
         handler=search_kb,
+        wording=("query",),  # the words searched with; that it searched is the decision
         check=check_args("search_kb", text={"query": (1, 500)}),
+        # The merchant's own published text: its support addresses and numbers are for sharing.
+        unmasked=("results",),
     ),
     ToolDef(
         name="get_ticket",
@@ -296,6 +316,8 @@ TOOLS: list[ToolDef] = [
         input_schema=object_schema(reference=STRING),
         handler=get_ticket,
         check=check_args("get_ticket", text={"reference": (1, 32)}),
+        # A staff member's work address: what assign_ticket takes. The customer's is masked.
+        unmasked=("assignee",),
     ),
     ToolDef(
         name="get_order",

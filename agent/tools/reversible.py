@@ -140,6 +140,7 @@ TOOLS: list[ToolDef] = [
         handler=assign_ticket,
         preview=lambda a: f"Assign {a.get('reference')} to {a.get('assignee_email')}",
         check=check_args("assign_ticket", text={"assignee_email": (3, 254)}),
+        unmasked=("assignee",),  # a staff member's work address, which the call named
     ),
     ToolDef(
         name="add_internal_note",
@@ -151,6 +152,7 @@ TOOLS: list[ToolDef] = [
         input_schema=object_schema(reference=STRING, body=STRING),
         handler=add_internal_note,
         preview=lambda a: f"Add an internal note to {a.get('reference')}",
+        wording=("body",),  # a note's words; which ticket it goes on is the decision
         check=check_args("add_internal_note", text={"body": (1, 4000)}),
     ),
 ]

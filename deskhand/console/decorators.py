@@ -15,7 +15,7 @@ from collections.abc import Callable
 from typing import Any, cast
 
 from django.http import HttpRequest, HttpResponse
-from django.shortcuts import render
+from django.shortcuts import redirect, render
 from django_htmx.middleware import HtmxDetails
 
 from deskhand.desk.models import Membership
@@ -67,12 +67,16 @@ def current_membership(request: HttpRequest) -> Membership | None:
 
 
 def merchant_member(view: ViewFunc) -> ViewFunc:
-    """Attach ``request.membership``; a signed-in user with no merchant gets a 403 (staff: see the admin)."""
+    """Attach ``request.membership``. A signed-in user with no merchant gets a 403, except a
+    staff auditor reading a page, who is sent to the audit desk (the admin) instead."""
 
     @functools.wraps(view)
     def wrapper(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
         membership = current_membership(request)
         if membership is None:
+            if request.user.is_staff and request.method in ("GET", "HEAD"):
+                # A staff auditor belongs to no merchant: the audit desk is their console.
+                return redirect("admin:index")
             hint = (
                 " Staff auditors read the audit trail at /admin/." if request.user.is_staff else ""
             )

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import uuid
+from typing import Any
+
 from django import forms
 
 from agent.models import RunStatus, StopReason
@@ -20,6 +23,78 @@ class DecideForm(forms.Form):
         if data.get("decision") == "deny" and not data.get("reason"):
             self.add_error("reason", "Say why you are denying it; the agent reads the reason.")
         return data
+
+
+CHANGE_PREFIX = "change-"
+BULK_MAX = 50
+
+
+def posted_changes(data: Any) -> dict[str, str]:
+    """The ``change-<field>`` inputs of an approve-with-changes form, prefix removed."""
+    return {
+        key[len(CHANGE_PREFIX) :]: str(value)
+        for key, value in data.items()
+        if key.startswith(CHANGE_PREFIX)
+    }
+
+
+class BulkDecideForm(forms.Form):
+    """Several approvals decided together; each is posted as ``<id>:<args hash>``."""
+
+    decision = forms.ChoiceField(choices=[("approve", "Approve"), ("deny", "Deny")])
+    reason = forms.CharField(max_length=REASON_MAX, required=False, strip=True)
+
+    def __init__(self, data: Any) -> None:
+        super().__init__(data)
+        self.picked: list[tuple[uuid.UUID, str]] = []
+        raw = data.getlist("approval") if hasattr(data, "getlist") else []
+        self._raw = raw
+
+    def clean(self) -> dict[str, object]:
+        data = super().clean() or {}
+        if not self._raw:
+            raise forms.ValidationError("select at least one approval.")
+        if len(self._raw) > BULK_MAX:
+            raise forms.ValidationError(f"decide at most {BULK_MAX} approvals at once.")
+        for item in self._raw:
+            ident, _, digest = str(item).partition(":")
+            try:
+                pk = uuid.UUID(ident)
+            except ValueError:
+                raise forms.ValidationError(f"{item[:60]!r} is not an approval.") from None
+            if len(digest) != 64 or not all(c in "0123456789abcdef" for c in digest):
+                raise forms.ValidationError(
+                    f"approval {pk} was posted without the hash of the call it approves."
+                )
+            if any(p == pk for p, _ in self.picked):
+                raise forms.ValidationError(f"approval {pk} was selected twice.")
+            self.picked.append((pk, digest))
+        if data.get("decision") == "deny" and not data.get("reason"):
+            self.add_error("reason", "Say why you are denying them; the agent reads the reason.")
+        return data
+
+
+def policy_rules_posted(data: Any, tools: list[str]) -> list[dict[str, Any]]:
+    """The policy page's rows as rule objects: ``rule-<tool>-on`` ticked, with its limits.
+
+    A limit left blank stays absent (the rule parser says what is missing); a limit that
+    is not a whole number is refused here with a ``ValueError`` naming it.
+    """
+    rules: list[dict[str, Any]] = []
+    for tool in tools:
+        if not data.get(f"rule-{tool}-on"):
+            continue
+        rule: dict[str, Any] = {"tool": tool}
+        for field in ("max_amount_cents", "max_per_day"):
+            text = str(data.get(f"rule-{tool}-{field}", "")).strip()
+            if not text:
+                continue
+            if not (text.isascii() and text.isdigit()) or len(text) > 12:
+                label = "amount limit (cents)" if field == "max_amount_cents" else "daily count"
+                raise ValueError(f"the {tool} {label} must be a whole number, not {text[:30]!r}")
+            rule[field] = int(text)
+        rules.append(rule)
+    return rules
 
 
 class SteerForm(forms.Form):

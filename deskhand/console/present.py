@@ -13,10 +13,15 @@ import datetime as dt
 import json
 from typing import Any
 
-from agent import fence
-from agent.models import Run, Step, StepKind
+from django.utils import timezone
+
+from agent import fence, payloads
+from agent.models import Redaction, RedactionReason, Run, Step, StepKind
+from agent.narrowing import changes_text
 from approvals.models import Approval
+from deskhand.console import story
 from deskhand.desk.models import Order
+from deskhand.desk.money import display_cents
 
 BAR_STEPS = 100  # static/console.css has a .w0 … .w100 class per percent (CSP forbids style="")
 
@@ -30,13 +35,7 @@ def dollars(micros: int) -> str:
 
 
 def cents(amount: int | None, currency: str = "USD") -> str:
-    if amount is None:
-        return "—"
-    sign = "-" if amount < 0 else ""
-    whole, frac = divmod(abs(int(amount)), 100)
-    symbol = "$" if currency == "USD" else ""
-    suffix = "" if symbol else f" {currency}"
-    return f"{sign}{symbol}{whole:,}.{frac:02d}{suffix}"
+    return "—" if amount is None else display_cents(int(amount), currency)
 
 
 def duration(seconds: float | None) -> str:
@@ -80,7 +79,9 @@ def _bar(value: int, peak: int) -> int:
 @dataclasses.dataclass
 class StepView:
     step: Step
-    title: str
+    sentence: str  # what happened, for people (console.story)
+    ago: str  # "4 min ago"; the exact time is the hover (``exact``)
+    exact: str
     time_bar: int
     cost_bar: int
     texts: list[str]  # the agent's own words (model output)
@@ -94,50 +95,35 @@ class StepView:
         return dollars(self.step.cost_micros)
 
     @property
+    def arguments(self) -> str:
+        return pretty(self.step.arguments)
+
+    @property
     def tokens(self) -> int:
-        return self.step.input_tokens + self.step.output_tokens
+        s = self.step
+        return s.input_tokens + s.output_tokens + s.cache_read_tokens + s.cache_write_tokens
 
     @property
     def dom_id(self) -> str:
         return f"step-{self.step.seq}"
 
 
-def _title(step: Step) -> str:
-    r = step.result if isinstance(step.result, dict) else {}
-    if step.kind == StepKind.MODEL:
-        return "Model turn"
-    if step.kind == StepKind.TOOL:
-        return f"Tool call: {step.tool}"
-    if step.kind == StepKind.APPROVAL:
-        event = r.get("event", "")
-        return {
-            "requested": f"Approval requested: {step.tool}",
-            "approved": f"Approved: {step.tool}",
-            "denied": f"Denied: {step.tool}",
-            "expired": f"Approval expired: {step.tool}",
-            "mismatch": f"Approval refused (arguments changed): {step.tool}",
-        }.get(event, f"Approval: {step.tool}")
-    if step.kind == StepKind.NOTE:
-        return "Staff guidance reached the agent"
-    if step.kind == StepKind.FINAL:
-        return "Finished"
-    if step.kind == StepKind.BOUND:
-        return f"Stopped: {r.get('stop_reason') or r.get('status') or 'bound'}"
-    if step.kind == StepKind.ERROR:
-        return f"Failed: {r.get('stop_reason', 'error')}"
-    if step.kind == StepKind.UNDO:
-        return f"Undo of step {r.get('undid_seq', '?')}"
-    return step.kind
-
-
-def step_view(step: Step, *, peak_ms: int, peak_cost: int, run_open: bool) -> StepView:
-    r = step.result if isinstance(step.result, dict) else {}
+def step_view(
+    step: Step,
+    *,
+    peak_ms: int,
+    peak_cost: int,
+    run_open: bool,
+    now: dt.datetime,
+    currency: str = "USD",
+) -> StepView:
+    p = payloads.read(step)
     texts: list[str] = []
     calls: list[dict[str, Any]] = []
     outside = ""
     details: dict[str, Any] = {}
-    if step.kind == StepKind.MODEL:
-        for block in r.get("content") or []:
+    if isinstance(p, payloads.ModelPayload):
+        for block in p.content:
             if not isinstance(block, dict):
                 continue
             if block.get("type") == "text" and block.get("text"):
@@ -150,43 +136,46 @@ def step_view(step: Step, *, peak_ms: int, peak_cost: int, run_open: bool) -> St
                         "input": pretty(block.get("input")),
                     }
                 )
-        if r.get("stop_reason"):
-            details["stop reason"] = r["stop_reason"]
-    elif step.kind == StepKind.TOOL:
-        outside = untrusted(pretty(r.get("text", "")) if r.get("text") else "")
-        if r.get("ledger_key"):
-            details["ledger key"] = r["ledger_key"]
-    elif step.kind == StepKind.APPROVAL:
-        for key in (
-            "preview",
-            "args_hash",
-            "expires_at",
-            "decided_by",
-            "reason",
-            "waited_seconds",
-            "detail",
+        if p.stop_reason:
+            details["stop reason"] = p.stop_reason
+    elif isinstance(p, payloads.ToolPayload):
+        outside = untrusted(pretty(p.text) if p.text else "")
+        if p.ledger_key:
+            details["ledger key"] = p.ledger_key
+    elif isinstance(p, payloads.ApprovalPayload):
+        for key, value in (
+            ("preview", p.preview),
+            ("args hash", p.args_hash),
+            ("expires at", p.expires_at),
+            ("decided by", p.decided_by),
+            ("reason", p.reason),
+            ("waited seconds", p.waited_seconds),
+            ("detail", p.detail),
         ):
-            if r.get(key) not in (None, ""):
-                details[key.replace("_", " ")] = r[key]
-    elif step.kind == StepKind.NOTE:
-        outside = "\n\n".join(
-            f"{n.get('author', '?')}: {untrusted(n.get('body', ''))}"
-            for n in r.get("notes") or []
-            if isinstance(n, dict)
-        )
-    elif step.kind in (StepKind.FINAL, StepKind.BOUND, StepKind.ERROR):
-        for key in ("status", "stop_reason", "detail", "by"):
-            if r.get(key):
-                details[key.replace("_", " ")] = r[key]
-        if r.get("summary"):
-            texts.append(str(r["summary"]))
-    elif step.kind == StepKind.UNDO:
-        for key in ("text", "by"):
-            if r.get(key):
-                details[key] = r[key]
+            if value not in (None, ""):
+                details[key] = value
+    elif isinstance(p, payloads.NotePayload):
+        outside = "\n\n".join(f"{n.author or '?'}: {untrusted(n.body)}" for n in p.notes)
+    elif isinstance(p, payloads.EndPayload):
+        for key, value in (
+            ("status", p.status),
+            ("stop reason", p.stop_reason),
+            ("detail", p.detail),
+            ("by", p.by),
+        ):
+            if value:
+                details[key] = value
+        if p.summary:
+            texts.append(p.summary)
+    elif isinstance(p, payloads.UndoPayload):
+        for key, value in (("text", p.text), ("by", p.by)):
+            if value:
+                details[key] = value
     return StepView(
         step=step,
-        title=_title(step),
+        sentence=story.sentence(step, currency=currency),
+        ago=story.ago(step.created_at, now),
+        exact=story.exact(step.created_at),
         time_bar=_bar(step.latency_ms, peak_ms),
         cost_bar=_bar(step.cost_micros, peak_cost),
         texts=texts,
@@ -201,14 +190,30 @@ def step_view(step: Step, *, peak_ms: int, peak_cost: int, run_open: bool) -> St
 
 
 def timeline(
-    run: Run, steps: list[Step], *, peak_ms: int | None = None, peak_cost: int | None = None
+    run: Run,
+    steps: list[Step],
+    *,
+    peak_ms: int | None = None,
+    peak_cost: int | None = None,
+    currency: str = "USD",
 ) -> list[StepView]:
     """The steps as the page shows them. Peaks are the run's, so bars compare across the run."""
+    now = timezone.now()
     peak_ms = peak_ms if peak_ms is not None else max((s.latency_ms for s in steps), default=0)
     peak_cost = (
         peak_cost if peak_cost is not None else max((s.cost_micros for s in steps), default=0)
     )
-    return [step_view(s, peak_ms=peak_ms, peak_cost=peak_cost, run_open=run.is_open) for s in steps]
+    return [
+        step_view(
+            s,
+            peak_ms=peak_ms,
+            peak_cost=peak_cost,
+            run_open=run.is_open,
+            now=now,
+            currency=currency,
+        )
+        for s in steps
+    ]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -218,7 +223,6 @@ class Spend:
     model_ms: int
     tool_ms: int
     waited_s: float
-    model_cost: int
     model_bar: int
     tool_bar: int
 
@@ -231,7 +235,6 @@ def spend(run: Run, steps: list[Step]) -> Spend:
         model_ms=model_ms,
         tool_ms=tool_ms,
         waited_s=run.waited_seconds,
-        model_cost=sum(s.cost_micros for s in steps),
         model_bar=_bar(model_ms, total),
         tool_bar=_bar(tool_ms, total),
     )
@@ -239,9 +242,10 @@ def spend(run: Run, steps: list[Step]) -> Spend:
 
 @dataclasses.dataclass(frozen=True)
 class RunRow:
-    """A run as one line of a list."""
+    """A run as one line of a list (``money``: what it refunded or its ticket has at stake)."""
 
     run: Run
+    money: str = "—"
 
     @property
     def cost(self) -> str:
@@ -249,7 +253,7 @@ class RunRow:
 
     @property
     def tokens(self) -> int:
-        return self.run.input_tokens + self.run.output_tokens
+        return self.run.total_tokens
 
     @property
     def wall(self) -> str:
@@ -261,8 +265,8 @@ class RunRow:
         )
 
 
-def run_rows(runs: list[Run]) -> list[RunRow]:
-    return [RunRow(r) for r in runs]
+def run_rows(runs: list[Run], money: dict[Any, str] | None = None) -> list[RunRow]:
+    return [RunRow(r, (money or {}).get(r.pk, "—")) for r in runs]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -288,6 +292,10 @@ class OrderFacts:
         return cents(self.order.total_cents - self.refunded_cents, self.order.currency)
 
 
+# Arguments that are the model's own account, not anything read from the database.
+CLAIM_LABELS = {"reason": "The agent's reason (not checked)"}
+
+
 @dataclasses.dataclass(frozen=True)
 class ApprovalView:
     """A pending (or decided) approval with its arguments laid beside the order's facts."""
@@ -307,10 +315,28 @@ class ApprovalView:
         return "\n" in self.approval.preview.strip()
 
     @property
+    def prior_effects(self) -> list[dict[str, Any]]:
+        """What the lineage and earlier runs on the ticket already did to this order or customer."""
+        prior = self.approval.prior_effects
+        return [p for p in prior if isinstance(p, dict)] if isinstance(prior, list) else []
+
+    @property
+    def claims(self) -> list[tuple[str, str]]:
+        """What the model asserts and nothing checked (its reason), labelled as such."""
+        args = self.approval.arguments if isinstance(self.approval.arguments, dict) else {}
+        return [
+            (CLAIM_LABELS[key], str(args[key]))
+            for key in CLAIM_LABELS
+            if isinstance(args.get(key), str) and args[key].strip()
+        ]
+
+    @property
     def arguments(self) -> list[tuple[str, str]]:
         args = self.approval.arguments if isinstance(self.approval.arguments, dict) else {}
         out = []
         for key in sorted(args):
+            if key in CLAIM_LABELS:
+                continue
             value = args[key]
             if key.endswith("_cents") and isinstance(value, int) and not isinstance(value, bool):
                 shown = f"{cents(value)} ({value} cents)"
@@ -347,8 +373,54 @@ class ApprovalView:
     def hash_short(self) -> str:
         return self.approval.args_hash[:12]
 
+    @property
+    def changes(self) -> str:
+        """What a person changed when approving (``agent.narrowing``), in words."""
+        if not self.approval.changed:
+            return ""
+        args = self.approval.arguments if isinstance(self.approval.arguments, dict) else {}
+        return changes_text(self.approval.tool, args, self.approval.executes)
+
 
 def approval_views(
     pairs: list[tuple[Approval, Order | None]], now: dt.datetime
 ) -> list[ApprovalView]:
     return [ApprovalView(a, OrderFacts(o) if o is not None else None, now) for a, o in pairs]
+
+
+# What a redaction's counts name, in the words the run page uses.
+REDACTED_PARTS = {
+    "steps": "step payloads",
+    "approvals": "approvals' wording",
+    "staff_notes": "staff notes",
+    "audit_events": "audit details",
+    "ledger_entries": "ledger entries' wording",
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class RedactionView:
+    """One redaction of a run, as the run page states it: why, when, what went, what stayed."""
+
+    redaction: Redaction
+
+    @property
+    def headline(self) -> str:
+        at = f"{self.redaction.created_at:%Y-%m-%d %H:%M} UTC"
+        if self.redaction.reason == RedactionReason.ERASURE:
+            return f"Erased on {at}: the customer's personal data was erased at their request."
+        days = self.redaction.what.get("retention_days")
+        kept = f" keeps runs' words for {days} days" if days else "'s retention period"
+        return f"Redacted on {at}: this merchant{kept}."
+
+    @property
+    def removed(self) -> str:
+        what = self.redaction.what
+        parts = [f"{what[k]} {label}" for k, label in REDACTED_PARTS.items() if what.get(k)]
+        if what.get("dbos_history") == "deleted":
+            parts.append("its DBOS history (deleted)")
+        return ", ".join(parts) or "nothing left to remove"
+
+
+def redaction_views(run: Run) -> list[RedactionView]:
+    return [RedactionView(r) for r in Redaction.objects.filter(run=run).order_by("created_at")]

@@ -19,7 +19,7 @@ from django.db.models import Count, OuterRef, Prefetch, Q, QuerySet, Subquery, S
 from django.db.models.functions import Coalesce
 
 from agent.models import Run, Step
-from approvals.models import Approval, ApprovalStatus, StaffNote
+from approvals.models import Approval, ApprovalPolicy, ApprovalStatus, StaffNote
 from deskhand.desk.models import Order, Ticket, TicketMessage
 
 PAGE_SIZE = 50
@@ -106,9 +106,12 @@ def tickets_page(
 
 
 def ticket_get(*, merchant_id: int, reference: str) -> Ticket | None:
-    """A ticket by reference *within this merchant* (references repeat across merchants)."""
+    """A ticket by reference *within this merchant* (references repeat across merchants).
+
+    Case does not matter: ``nw-1`` is NW-1.
+    """
     return (
-        Ticket.objects.filter(merchant_id=merchant_id, reference=reference)
+        Ticket.objects.filter(merchant_id=merchant_id, reference__iexact=reference.strip())
         .select_related("customer", "assignee", "merchant")
         .prefetch_related(
             Prefetch(
@@ -132,9 +135,9 @@ def ticket_orders(*, merchant_id: int, customer_id: int, limit: int = 10) -> lis
 
 def ticket_runs(*, ticket: Ticket, limit: int = 20) -> list[Run]:
     return list(
-        Run.objects.filter(ticket=ticket, merchant_id=ticket.merchant_id).order_by(
-            "-created_at", "-id"
-        )[:limit]
+        Run.objects.filter(ticket=ticket, merchant_id=ticket.merchant_id)
+        .select_related("ticket")
+        .order_by("-created_at", "-id")[:limit]
     )
 
 
@@ -175,11 +178,15 @@ def runs_page(
             "merchant_id",
             "ticket__reference",
             "ticket__subject",
+            "ticket__status",
+            "ticket__customer_id",
             "status",
             "stop_reason",
             "steps",
             "input_tokens",
             "output_tokens",
+            "cache_read_tokens",
+            "cache_write_tokens",
             "cost_micros",
             "created_at",
             "started_at",
@@ -229,7 +236,9 @@ def run_steps(*, run_id: uuid.UUID | str, after: int = 0) -> list[Step]:
 
 def run_approvals(*, run_id: uuid.UUID | str) -> list[Approval]:
     return list(
-        Approval.objects.filter(run_id=run_id).select_related("decided_by").order_by("requested_at")
+        Approval.objects.filter(run_id=run_id)
+        .select_related("decided_by", "policy")
+        .order_by("requested_at")
     )
 
 
@@ -251,7 +260,8 @@ def open_run_counts(*, merchant_id: int) -> dict[str, int]:
     """How many runs are live, by status (index ``run_merchant_status``)."""
     rows = (
         Run.objects.filter(
-            merchant_id=merchant_id, status__in=["queued", "running", "awaiting_approval"]
+            merchant_id=merchant_id,
+            status__in=["queued", "running", "awaiting_approval", "cancelling"],
         )
         .values("status")
         .annotate(n=Count("id"))
@@ -301,6 +311,15 @@ def pending_count(*, merchant_id: int) -> int:
     return Approval.objects.filter(merchant_id=merchant_id, status=ApprovalStatus.PENDING).count()
 
 
+def policy_history(*, merchant_id: int, limit: int = 10) -> list[ApprovalPolicy]:
+    """The merchant's newest policy versions, with who wrote each."""
+    return list(
+        ApprovalPolicy.objects.filter(merchant_id=merchant_id)
+        .select_related("created_by")
+        .order_by("-version")[:limit]
+    )
+
+
 def approval_get(*, merchant_id: int, approval_id: uuid.UUID) -> Approval | None:
     return (
         Approval.objects.filter(pk=approval_id, merchant_id=merchant_id)
@@ -318,3 +337,14 @@ def order_facts(*, merchant_id: int, arguments: Any) -> Order | None:
         .annotate(refunded=Coalesce(Sum("refunds__amount_cents"), 0))
         .first()
     )
+
+
+def run_currency(*, run: Run) -> str:
+    """The currency the run's story states money in: its customer's orders' (USD if none)."""
+    currency = (
+        Order.objects.filter(merchant_id=run.merchant_id, customer_id=run.ticket.customer_id)
+        .order_by("-placed_at")
+        .values_list("currency", flat=True)
+        .first()
+    )
+    return currency or "USD"

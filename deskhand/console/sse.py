@@ -259,7 +259,7 @@ async def run_events(
 def _parse_after(request: HttpRequest) -> int | None:
     raw = request.headers.get("Last-Event-ID") or request.GET.get("after") or "0"
     raw = raw.strip()
-    if not raw.isdigit() or len(raw) > 9:
+    if not (raw.isascii() and raw.isdigit()) or len(raw) > 9:  # int("²") raises; "٣" is no seq
         return None
     return int(raw)
 

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 from django.urls import path
 
-from deskhand.console import sse, views
+from deskhand.console import approval_views, replay_views, sse, views
 
 app_name = "console"
 
 urlpatterns = [
     path("", views.home, name="home"),
+    path("attention/", views.attention_list, name="attention"),
     path("tickets/", views.tickets, name="tickets"),
     path("tickets/<str:reference>/", views.ticket, name="ticket"),
     path("tickets/<str:reference>/run", views.ticket_run, name="ticket_run"),
@@ -21,7 +22,17 @@ urlpatterns = [
     path("runs/<uuid:run_id>/cancel", views.run_cancel_view, name="run_cancel"),
     path("runs/<uuid:run_id>/steer", views.run_steer_view, name="run_steer"),
     path("runs/<uuid:run_id>/steps/<int:seq>/undo", views.step_undo_view, name="step_undo"),
-    path("approvals/", views.approvals, name="approvals"),
-    path("approvals/<uuid:approval_id>/decide", views.approval_decide_view, name="approval_decide"),
+    path("runs/<uuid:run_id>/steps/<int:seq>/sent", views.step_sent, name="step_sent"),
+    path("runs/<uuid:run_id>/replay/<int:seq>/", replay_views.replay_at, name="replay_at"),
+    path("runs/<uuid:run_id>/replay/<int:seq>/fork", replay_views.fork_from, name="fork_from"),
+    path("approvals/", approval_views.approvals, name="approvals"),
+    path(
+        "approvals/<uuid:approval_id>/decide",
+        approval_views.approval_decide_view,
+        name="approval_decide",
+    ),
+    path("approvals/bulk", approval_views.approvals_bulk_view, name="approvals_bulk"),
+    path("policy/", approval_views.policy, name="policy"),
     path("usage/", views.usage, name="usage"),
+    path("merchant/", views.merchant, name="merchant"),
 ]

@@ -20,19 +20,25 @@ from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_GET, require_POST
 from django_htmx.http import HttpResponseStopPolling
 
+from agent import payloads
+from agent import selectors as agent_selectors
+from agent.effects.selectors import findings_summary, merchant_adapters, open_findings
 from agent.models import TERMINAL_STATUSES, Run
-from agent.runs import RunRefused, run_cancel, run_start
-from approvals.services import DecisionRefused, SteerRefused, approval_decide, run_steer
-from deskhand.console import forms, present, runpage, selectors
+from agent.redaction import replay_refusal
+from agent.services import RunRefused, run_cancel, run_start
+from agent.steering import SteerRefused, run_steer
+from deskhand.console import attention, forms, present, runpage, selectors
 from deskhand.console.decorators import ConsoleRequest, actor_required, merchant_member, refuse
 from deskhand.console.services import UndoRefused, step_undo
 from deskhand.console.usage import usage_days
+from deskhand.desk.models import Ticket
 
 MAX_SEQ = 2_147_483_647  # Step.seq is a Postgres integer; a larger number names no step
+HOME_QUEUE = 10  # the home page shows the oldest few; /attention/ shows them all
 NOT_FOUND = "There is nothing here, or it belongs to another merchant."
 
 
-def _back(request: HttpRequest, default: str) -> HttpResponseRedirect:
+def redirect_back(request: HttpRequest, default: str) -> HttpResponseRedirect:
     """Redirect to the form's ``next`` if it is one of our own paths, else to ``default``."""
     target = request.POST.get("next", "")
     if target and url_has_allowed_host_and_scheme(
@@ -50,15 +56,33 @@ def _back(request: HttpRequest, default: str) -> HttpResponseRedirect:
 @merchant_member
 def home(request: ConsoleRequest) -> HttpResponse:
     merchant_id = request.membership.merchant_id
+    recent = selectors.runs_page(merchant_id=merchant_id, limit=10).rows
     return render(
         request,
         "console/home.html",
         {
             "pending_count": selectors.pending_count(merchant_id=merchant_id),
             "open_counts": selectors.open_run_counts(merchant_id=merchant_id),
-            "recent": present.run_rows(selectors.runs_page(merchant_id=merchant_id, limit=10).rows),
+            "queue": attention.attention_items(merchant_id=merchant_id, now=timezone.now())[
+                :HOME_QUEUE
+            ],
+            "recent": present.run_rows(
+                recent, attention.run_money(merchant_id=merchant_id, runs=recent)
+            ),
+            "findings_open": findings_summary(merchant_id)["open"],
         },
     )
+
+
+@require_GET
+@login_required
+@merchant_member
+def attention_list(request: ConsoleRequest) -> HttpResponse:
+    """Everything waiting for a person, oldest first; every member may look."""
+    items = attention.attention_items(
+        merchant_id=request.membership.merchant_id, now=timezone.now()
+    )
+    return render(request, "console/attention.html", {"queue": items})
 
 
 # --- tickets --------------------------------------------------------------------
@@ -78,8 +102,10 @@ def tickets(request: ConsoleRequest) -> HttpResponse:
         priority=f["priority"],
         before_id=f["before"],
     )
+    stakes = attention.ticket_stakes(merchant_id=request.membership.merchant_id, tickets=page.rows)
+    rows = [(t, stakes.get(t.pk)) for t in page.rows]
     template = "console/tickets.html#rows" if request.htmx else "console/tickets.html"
-    return render(request, template, {"page": page, "filters": filters, "f": f})
+    return render(request, template, {"page": page, "rows": rows, "filters": filters, "f": f})
 
 
 @require_GET
@@ -102,8 +128,17 @@ def ticket(request: ConsoleRequest, reference: str) -> HttpResponse:
             ],
             "runs": present.run_rows(selectors.ticket_runs(ticket=found)),
             "can_act": request.membership.can_act,
+            **_already_done(found),
         },
     )
+
+
+def _already_done(ticket: Ticket) -> dict[str, object]:
+    done = agent_selectors.ticket_done(ticket=ticket)
+    return {
+        "done": [(d, present.cents(d.amount_cents, d.currency)) for d in done],
+        "confirm_rerun": agent_selectors.rerun_needs_confirming(ticket=ticket, done=done),
+    }
 
 
 @require_POST
@@ -114,6 +149,10 @@ def ticket_run(request: ConsoleRequest, reference: str) -> HttpResponse:
     found = selectors.ticket_get(merchant_id=request.membership.merchant_id, reference=reference)
     if found is None:
         return refuse(request, 404, NOT_FOUND)
+    context = _already_done(found)
+    if context["confirm_rerun"] and request.POST.get("confirm") != "rerun":
+        # A resolved ticket, or one already acted on: say what was done, and ask once more.
+        return render(request, "console/ticket_rerun.html", {"ticket": found, **context})
     try:
         run = run_start(ticket=found, user=request.user, channel="web")
     except RunRefused as exc:
@@ -146,7 +185,15 @@ def runs(request: ConsoleRequest) -> HttpResponse:
     return render(
         request,
         template,
-        {"page": page, "rows": present.run_rows(page.rows), "filters": filters, "f": f},
+        {
+            "page": page,
+            "rows": present.run_rows(
+                page.rows,
+                attention.run_money(merchant_id=request.membership.merchant_id, runs=page.rows),
+            ),
+            "filters": filters,
+            "f": f,
+        },
     )
 
 
@@ -183,7 +230,7 @@ def run_steps(request: ConsoleRequest, run_id: uuid.UUID) -> HttpResponse:
     if found is None:
         return refuse(request, 404, NOT_FOUND)
     after_raw = request.GET.get("after", "0")
-    if not after_raw.isdigit() or len(after_raw) > 9:
+    if not (after_raw.isascii() and after_raw.isdigit()) or len(after_raw) > 9:  # not "²" or "٣"
         return refuse(request, 400, "after must be a step number.")
     can_act = request.membership.can_act
     if not request.htmx:  # a plain fetch gets a whole page: readable with no JavaScript at all
@@ -207,6 +254,25 @@ def run_steps(request: ConsoleRequest, run_id: uuid.UUID) -> HttpResponse:
     return response
 
 
+@require_GET
+@login_required
+@merchant_member
+def step_sent(request: ConsoleRequest, run_id: uuid.UUID, seq: int) -> HttpResponse:
+    """What the model was sent at model step ``seq`` (any other step: the conversation so far)."""
+    found = _run_or_none(request, run_id)
+    if found is None:
+        return refuse(request, 404, NOT_FOUND)
+    if seq > MAX_SEQ or not found.step_log.filter(seq=seq).exists():
+        return refuse(request, 404, f"Run {found.id} has no step {seq}.")
+    gone = replay_refusal(found)
+    if gone:
+        return refuse(request, 410, gone, title="No longer kept")
+    view, turns = runpage.model_view(found, seq)
+    return render(
+        request, "console/sent.html", {"run": found, "seq": seq, "view": view, "turns": turns}
+    )
+
+
 @require_POST
 @login_required
 @merchant_member
@@ -216,10 +282,17 @@ def run_cancel_view(request: ConsoleRequest, run_id: uuid.UUID) -> HttpResponse:
     if found is None:
         return refuse(request, 404, NOT_FOUND)
     try:
-        run_cancel(run=found, user=request.user, channel="web")
+        cancelled = run_cancel(run=found, user=request.user, channel="web")
     except RunRefused as exc:
         return refuse(request, 409, str(exc))
-    messages.success(request, "Run cancelled.")
+    if cancelled.status == "cancelling":
+        messages.success(
+            request,
+            "Cancel recorded: nothing more will happen for this run. It shows cancelled once "
+            "its workflow is confirmed stopped.",
+        )
+    else:
+        messages.success(request, "Run cancelled.")
     return redirect("console:run", run_id=found.pk)
 
 
@@ -254,51 +327,8 @@ def step_undo_view(request: ConsoleRequest, run_id: uuid.UUID, seq: int) -> Http
         undo = step_undo(run=found, seq=seq, user=request.user, channel="web")
     except UndoRefused as exc:
         return refuse(request, 409, str(exc))
-    messages.success(request, str(undo.result.get("text", "Undone.")))
+    messages.success(request, payloads.read_as(undo, payloads.UndoPayload).text or "Undone.")
     return redirect(reverse("console:run", kwargs={"run_id": found.pk}) + f"#step-{undo.seq}")
-
-
-# --- approvals ------------------------------------------------------------------
-
-
-@require_GET
-@login_required
-@merchant_member
-def approvals(request: ConsoleRequest) -> HttpResponse:
-    pending = selectors.pending_approvals(merchant_id=request.membership.merchant_id)
-    items = present.approval_views([(i.approval, i.order) for i in pending], timezone.now())
-    template = "console/approvals.html#inbox" if request.htmx else "console/approvals.html"
-    return render(request, template, {"items": items, "can_act": request.membership.can_act})
-
-
-@require_POST
-@login_required
-@merchant_member
-@actor_required("approve or deny irreversible actions")
-def approval_decide_view(request: ConsoleRequest, approval_id: uuid.UUID) -> HttpResponse:
-    approval = selectors.approval_get(
-        merchant_id=request.membership.merchant_id, approval_id=approval_id
-    )
-    if approval is None:
-        return refuse(request, 404, NOT_FOUND)
-    form = forms.DecideForm(request.POST)
-    if not form.is_valid():
-        return refuse(request, 400, forms.first_error(form))
-    approve = form.cleaned_data["decision"] == "approve"
-    try:
-        approval_decide(
-            approval=approval,
-            user=request.user,
-            approve=approve,
-            reason=form.cleaned_data["reason"],
-            channel="web",
-        )
-    except DecisionRefused as exc:
-        return refuse(request, 409, str(exc))
-    messages.success(
-        request, f"{'Approved' if approve else 'Denied'}: {approval.preview.splitlines()[0]}"
-    )
-    return _back(request, reverse("console:approvals"))
 
 
 # --- usage ----------------------------------------------------------------------
@@ -317,5 +347,28 @@ def usage(request: ConsoleRequest) -> HttpResponse:
             "days": usage_days(merchant=merchant),
             "spend_cap": present.dollars(merchant.daily_spend_cap_micros),
             "refund_cap": present.cents(merchant.daily_refund_ceiling_cents),
+        },
+    )
+
+
+# --- merchant -------------------------------------------------------------------
+
+
+@require_GET
+@login_required
+@merchant_member
+def merchant(request: ConsoleRequest) -> HttpResponse:
+    """The merchant's settings: its policy, where its effects happen, reconciliation's findings."""
+    m = request.membership.merchant
+    return render(
+        request,
+        "console/merchant.html",
+        {
+            "merchant": m,
+            "adapters": merchant_adapters(m),
+            "findings": open_findings(m.pk),
+            "refund_cap": present.cents(m.daily_refund_ceiling_cents),
+            "run_refund_cap": present.cents(m.run_refund_ceiling_cents),
+            "spend_cap": present.dollars(m.daily_spend_cap_micros),
         },
     )

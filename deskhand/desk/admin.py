@@ -4,8 +4,7 @@ from __future__ import annotations
 
 from django.contrib import admin
 
-from agent.models import Run
-from deskhand.console.audit_admin import AuditAdmin, AuditInline, admin_link, admin_pk_link
+from deskhand.audit_admin import AuditAdmin, AuditInline, admin_link, full_id, money, person, spend
 from deskhand.desk.models import (
     Customer,
     KbArticle,
@@ -31,18 +30,37 @@ class MerchantAdmin(AuditAdmin):
         "name",
         "slug",
         "timezone",
-        "daily_spend_cap_micros",
-        "daily_refund_ceiling_cents",
-        "run_refund_ceiling_cents",
+        "daily_spend_cap",
+        "daily_refund_ceiling",
+        "run_refund_ceiling",
+        "refund_adapter",
+        "mail_adapter",
     )
     search_fields = ("name", "slug")
     inlines = [MembershipInline]
 
+    @admin.display(description="daily model spend cap", ordering="daily_spend_cap_micros")
+    def daily_spend_cap(self, obj: Merchant) -> str:
+        return spend(obj.daily_spend_cap_micros)
+
+    @admin.display(description="daily refund ceiling", ordering="daily_refund_ceiling_cents")
+    def daily_refund_ceiling(self, obj: Merchant) -> str:
+        return money(obj.daily_refund_ceiling_cents)
+
+    @admin.display(description="refund ceiling per run", ordering="run_refund_ceiling_cents")
+    def run_refund_ceiling(self, obj: Merchant) -> str:
+        return money(obj.run_refund_ceiling_cents)
+
 
 @admin.register(Membership)
 class MembershipAdmin(AuditAdmin):
-    list_display = ("user", "merchant", "role")
+    list_display = ("who", "merchant", "role")
     list_filter = ("merchant", "role")
+
+    @admin.display(description="person", ordering="user__email")
+    def who(self, obj: Membership) -> str:
+        return person(obj.user)
+
     search_fields = ("user__email",)
     list_select_related = ("user", "merchant")
 
@@ -75,7 +93,7 @@ class OrderAdmin(AuditAdmin):
         "merchant",
         "customer",
         "status",
-        "total_cents",
+        "total",
         "placed_at",
         "delivered_at",
     )
@@ -85,6 +103,10 @@ class OrderAdmin(AuditAdmin):
     date_hierarchy = "placed_at"
     inlines = [OrderItemInline, RefundInline]
 
+    @admin.display(description="total", ordering="total_cents")
+    def total(self, obj: Order) -> str:
+        return money(obj.total_cents, obj.currency)
+
 
 @admin.register(Refund)
 class RefundAdmin(AuditAdmin):
@@ -92,16 +114,21 @@ class RefundAdmin(AuditAdmin):
         "id",
         "merchant",
         "order_link",
-        "amount_cents",
-        "currency",
+        "amount",
+        "status",
+        "provider_refund_id",
         "run_link",
         "ledger_link",
         "created_at",
     )
-    list_filter = ("merchant", ("created_at", admin.DateFieldListFilter))
-    search_fields = ("order__reference", "ledger_entry__key", "=run__id")
+    list_filter = ("merchant", "status", ("created_at", admin.DateFieldListFilter))
+    search_fields = ("order__reference", "ledger_entry__key", "=run__id", "provider_refund_id")
     list_select_related = ("merchant", "order", "ledger_entry")
     date_hierarchy = "created_at"
+
+    @admin.display(description="amount", ordering="amount_cents")
+    def amount(self, obj: Refund) -> str:
+        return money(obj.amount_cents, obj.currency)
 
     @admin.display(description="order", ordering="order__reference")
     def order_link(self, obj: Refund) -> str:
@@ -109,7 +136,7 @@ class RefundAdmin(AuditAdmin):
 
     @admin.display(description="run")
     def run_link(self, obj: Refund) -> str:
-        return admin_pk_link(Run, obj.run_id, str(obj.run_id)[:8])
+        return full_id("agent.Run", obj.run_id)
 
     @admin.display(description="ledger entry")
     def ledger_link(self, obj: Refund) -> str:
@@ -149,6 +176,7 @@ class OutboundEmailAdmin(AuditAdmin):
         "customer",
         "subject",
         "ticket",
+        "message_id",
         "run_link",
         "ledger_link",
         "sent_at",
@@ -165,7 +193,7 @@ class OutboundEmailAdmin(AuditAdmin):
 
     @admin.display(description="run")
     def run_link(self, obj: OutboundEmail) -> str:
-        return admin_pk_link(Run, obj.run_id, str(obj.run_id)[:8])
+        return full_id("agent.Run", obj.run_id)
 
     @admin.display(description="ledger entry")
     def ledger_link(self, obj: OutboundEmail) -> str:

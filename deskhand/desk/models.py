@@ -15,8 +15,26 @@ from django.db.models import Q, Sum
 from django.db.models.functions import Coalesce
 
 
+class RefundAdapter(models.TextChoices):
+    """Where a merchant's refunds are made (``agent.effects``)."""
+
+    DATABASE = "database", "in this database (demo)"
+    PAYMENTS = "payments", "payment provider (Stripe-style refunds API)"
+
+
+class MailAdapter(models.TextChoices):
+    """How a merchant's customer emails leave (``agent.effects``)."""
+
+    DATABASE = "database", "in this database (demo outbox)"
+    SMTP = "smtp", "mail server (SMTP)"
+
+
 class Merchant(models.Model):
-    """A tenant. Its policy settings are what bounds and gates read."""
+    """A tenant. Its policy settings are what bounds and gates read.
+
+    The adapters say where its irreversible effects happen. They name a kind of system,
+    never a credential: keys and passwords come from the environment (``agent.effects.config``).
+    """
 
     slug = models.SlugField(unique=True)
     name = models.CharField(max_length=200)
@@ -26,6 +44,21 @@ class Merchant(models.Model):
     daily_spend_cap_micros = models.BigIntegerField(default=10_000_000)
     daily_refund_ceiling_cents = models.BigIntegerField(default=100_000)
     run_refund_ceiling_cents = models.BigIntegerField(default=25_000)
+    refund_adapter = models.CharField(
+        max_length=12,
+        choices=RefundAdapter.choices,
+        default=RefundAdapter.DATABASE,
+        db_default=RefundAdapter.DATABASE,
+    )
+    mail_adapter = models.CharField(
+        max_length=12,
+        choices=MailAdapter.choices,
+        default=MailAdapter.DATABASE,
+        db_default=MailAdapter.DATABASE,
+    )
+    # How long a finished run keeps its words (step payloads, transcripts, DBOS history);
+    # the money facts are kept regardless (``agent.retention``).
+    retention_days = models.PositiveIntegerField(default=365, db_default=365)
 
     def __str__(self) -> str:
         return self.name
@@ -58,11 +91,24 @@ class Membership(models.Model):
     def can_act(self) -> bool:
         return self.role in (Role.OWNER, Role.AGENT)
 
+    @property
+    def is_owner(self) -> bool:
+        return self.role == Role.OWNER
+
+    @property
+    def role_article(self) -> str:
+        """The role with its article, for sentences: "an agent", "a viewer"."""
+        return f"{'an' if self.role[0] in 'aeiou' else 'a'} {self.role}"
+
 
 class Customer(models.Model):
+    """A merchant's customer. An erased one keeps its row (orders and refunds hang off it)
+    under a pseudonym, with ``erased_at`` saying when (``agent.erasure``)."""
+
     merchant = models.ForeignKey(Merchant, on_delete=models.CASCADE, related_name="customers")
     name = models.CharField(max_length=200)
     email = models.EmailField()
+    erased_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         constraints = [
@@ -95,6 +141,9 @@ class Order(models.Model):
     delivered_at = models.DateTimeField(null=True, blank=True)
     cancelled_at = models.DateTimeField(null=True, blank=True)
     cancel_reason = models.TextField(blank=True)
+    # The charge at the payment provider that a refund through the payments adapter is made
+    # against (e.g. ``ch_…``). Empty: the order was not paid through the provider.
+    payment_reference = models.CharField(max_length=100, blank=True, default="", db_default="")
     cancel_ledger_entry = models.OneToOneField(
         "agent.LedgerEntry",
         null=True,
@@ -136,8 +185,21 @@ class OrderItem(models.Model):
         return self.quantity * self.unit_price_cents
 
 
+class RefundStatus(models.TextChoices):
+    # Claimed and sent (or about to be) to the payment provider, not yet confirmed. It counts
+    # against every limit as if it had left: it may have.
+    PENDING = "pending"
+    SUCCEEDED = "succeeded"
+
+
 class Refund(models.Model):
-    """Money that left. Only ever created by the refund tool, beside its ledger entry."""
+    """Money that left, or is leaving. Only ever created by the refund tool, beside its ledger entry.
+
+    In-database refunds are ``succeeded`` at once. Through the payments adapter a refund is
+    ``pending`` from the claim until the provider's answer is recorded: then ``succeeded`` with
+    the provider's id, or deleted if the provider declined (no money moved; the ledger entry
+    keeps the reason).
+    """
 
     merchant = models.ForeignKey(Merchant, on_delete=models.PROTECT, related_name="refunds")
     order = models.ForeignKey(Order, on_delete=models.PROTECT, related_name="refunds")
@@ -150,6 +212,14 @@ class Refund(models.Model):
     ledger_entry = models.OneToOneField(
         "agent.LedgerEntry", null=True, blank=True, on_delete=models.PROTECT, related_name="refund"
     )
+    status = models.CharField(
+        max_length=10,
+        choices=RefundStatus.choices,
+        default=RefundStatus.SUCCEEDED,
+        db_default=RefundStatus.SUCCEEDED,
+    )
+    # The refund's id at the payment provider (``re_…``); empty for an in-database refund.
+    provider_refund_id = models.CharField(max_length=100, blank=True, default="", db_default="")
     created_at = models.DateTimeField(auto_now_add=True, db_index=True)
 
     class Meta:
@@ -246,6 +316,9 @@ class OutboundEmail(models.Model):
     ledger_entry = models.OneToOneField(
         "agent.LedgerEntry", null=True, blank=True, on_delete=models.PROTECT, related_name="email"
     )
+    # The Message-ID it left with (stable per ledger entry: a re-send after a crash carries the
+    # same one). Empty for an in-database email.
+    message_id = models.CharField(max_length=250, blank=True, default="", db_default="")
     sent_at = models.DateTimeField(auto_now_add=True)
 
     def __str__(self) -> str:

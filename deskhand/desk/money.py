@@ -20,6 +20,25 @@ def format_cents(cents: int, currency: str = "USD") -> str:
     return f"{sign}{whole}.{fraction:02d} {currency}"
 
 
+# Currencies people read with a symbol in front; any other shows its code after the amount.
+SYMBOLS = {"USD": "$", "EUR": "€", "GBP": "£"}
+
+
+def display_cents(cents: int, currency: str = "USD") -> str:
+    """For people in the console: ``12400`` -> ``"$124.00"``, ``"1,250.00 SEK"`` for a code without a symbol.
+
+    Same integer arithmetic (and the same refusal of floats) as ``format_cents``,
+    which stays the machine-readable form the model and the CLI see.
+    """
+    if isinstance(cents, bool) or not isinstance(cents, int):
+        raise TypeError(f"money is integer cents, not {type(cents).__name__}: {cents!r}")
+    sign = "-" if cents < 0 else ""
+    whole, fraction = divmod(abs(cents), 100)
+    symbol = SYMBOLS.get(currency, "")
+    suffix = "" if symbol else f" {currency}"
+    return f"{sign}{symbol}{whole:,}.{fraction:02d}{suffix}"
+
+
 def format_micros(micros: int) -> str:
     """Model spend, in micro-dollars: ``12_300`` -> ``"$0.0123"``, ``2_000_000`` -> ``"$2.00"``.
 

@@ -32,6 +32,9 @@ def require_member(user: AbstractBaseUser | AnonymousUser, merchant: Merchant | 
     m = membership(user, merchant)
     if m is None:
         raise NotVisible("not found")
+    if not user.is_active:
+        # A person who left: their past acts stay on record, and they can take no new one.
+        raise NotAllowed(f"{user} is deactivated and may no longer act for {m.merchant.name}.")
     return m
 
 
@@ -43,5 +46,17 @@ def require_actor(
     if m.role not in (Role.OWNER, Role.AGENT):
         raise NotAllowed(
             f"{user} is a viewer at {m.merchant.name} and may watch runs but not {action}."
+        )
+    return m
+
+
+def require_owner(
+    user: AbstractBaseUser | AnonymousUser, merchant: Merchant | int, action: str
+) -> Membership:
+    """Only an owner may ``action`` (e.g. write the approval policy); a sentence says so."""
+    m = require_member(user, merchant)
+    if m.role != Role.OWNER:
+        raise NotAllowed(
+            f"{user} is {m.role_article} at {m.merchant.name}; only an owner may {action}."
         )
     return m

@@ -34,6 +34,7 @@ from deskhand.desk.models import (
     OutboundEmail,
     Priority,
     Refund,
+    RefundStatus,
     Ticket,
     TicketMessage,
     TicketStatus,
@@ -88,8 +89,18 @@ def refund_issue(
     run_id: str | uuid.UUID,
     ledger_entry_id: int | None,
     run_ceiling_cents: int,
+    ticket_id: int | None = None,
+    status: str = RefundStatus.SUCCEEDED,
 ) -> Refund:
     """Pay money back against ``order``, within every limit, or refuse.
+
+    ``status`` ``pending``: the money is to leave through a payment provider; the row
+    reserves it against every limit until ``refund_confirm`` or ``refund_release``.
+
+    The per-run ceiling counts every refund made by a run on ``ticket_id`` (the
+    ticket's runs, their forks and re-runs alike), not only ``run_id``'s: a fork or
+    a second run of a ticket never starts with a fresh ceiling. Without a ticket
+    (a bare call) it counts ``run_id``'s refunds.
 
     The limits are checked under row locks in the transaction that inserts the
     refund: two concurrent refunds against one order (or one merchant's day)
@@ -121,12 +132,14 @@ def refund_issue(
             f"leaving {money(remaining)}"
         )
 
-    by_run = _total(Refund.objects.filter(run_id=run_id))
+    scope = Refund.objects.filter(run__ticket_id=ticket_id) if ticket_id else None
+    by_run = _total(scope if scope is not None else Refund.objects.filter(run_id=run_id))
     if by_run + amount_cents > run_ceiling_cents:
         left = max(run_ceiling_cents - by_run, 0)
+        who = "this ticket's runs have" if scope is not None else "this run has"
         raise DomainError(
             f"{refusal}: that would pass this run's refund ceiling of {money(run_ceiling_cents)}; "
-            f"this run has already refunded {money(by_run)}, leaving {money(left)}. "
+            f"{who} already refunded {money(by_run)}, leaving {money(left)}. "
             "A larger refund is for a person to make: escalate the ticket."
         )
 
@@ -150,7 +163,31 @@ def refund_issue(
         reason=reason,
         run_id=run_id,
         ledger_entry_id=ledger_entry_id,
+        status=status,
     )
+
+
+@transaction.atomic
+def refund_confirm(*, ledger_entry_id: int, provider_refund_id: str) -> Refund:
+    """The payment provider made the pending refund of this ledger entry: it has left."""
+    refund = Refund.objects.select_for_update().get(ledger_entry_id=ledger_entry_id)
+    refund.status = RefundStatus.SUCCEEDED
+    refund.provider_refund_id = provider_refund_id
+    refund.save(update_fields=["status", "provider_refund_id"])
+    return refund
+
+
+@transaction.atomic
+def refund_release(*, ledger_entry_id: int) -> int:
+    """The payment provider did not make the pending refund: free what it reserved.
+
+    Only a pending refund is ever released; money that left is never deleted. Returns how
+    many rows went (0 or 1).
+    """
+    deleted, _ = Refund.objects.filter(
+        ledger_entry_id=ledger_entry_id, status=RefundStatus.PENDING
+    ).delete()
+    return deleted
 
 
 @transaction.atomic
@@ -193,19 +230,15 @@ def email_send(
     body: str,
     run_id: str | uuid.UUID | None,
     ledger_entry_id: int | None,
+    message_id: str = "",
 ) -> OutboundEmail:
     """Send the ticket's customer an email: a row in the outbox and a line on the thread.
 
     The thread copy is what the next reader of the ticket (person or model)
-    sees, so an email is never sent that the ticket does not show.
+    sees, so an email is never sent that the ticket does not show. Through a mail
+    server (``message_id`` given) the rows record what the server accepted.
     """
-    subject, body = subject.strip(), body.strip()
-    if not subject or "\n" in subject or "\r" in subject:
-        raise DomainError("an email subject must be one non-empty line")
-    if len(subject) > SUBJECT_MAX_CHARS:
-        raise DomainError(f"an email subject can be at most {SUBJECT_MAX_CHARS} characters")
-    if not body:
-        raise DomainError("an email needs a body")
+    subject, body = email_check(subject=subject, body=body)
     email = OutboundEmail.objects.create(
         merchant_id=ticket.merchant_id,
         customer_id=ticket.customer_id,
@@ -214,11 +247,24 @@ def email_send(
         body=body,
         run_id=run_id,
         ledger_entry_id=ledger_entry_id,
+        message_id=message_id,
     )
     TicketMessage.objects.create(
         ticket=ticket, kind=MessageKind.AGENT, body=f"Subject: {subject}\n\n{body}", run_id=run_id
     )
     return email
+
+
+def email_check(*, subject: str, body: str) -> tuple[str, str]:
+    """The subject and body as they would be sent, or the reason they cannot be."""
+    subject, body = subject.strip(), body.strip()
+    if not subject or "\n" in subject or "\r" in subject:
+        raise DomainError("an email subject must be one non-empty line")
+    if len(subject) > SUBJECT_MAX_CHARS:
+        raise DomainError(f"an email subject can be at most {SUBJECT_MAX_CHARS} characters")
+    if not body:
+        raise DomainError("an email needs a body")
+    return subject, body
 
 
 # --- reversible ticket writes ------------------------------------------------

@@ -13,7 +13,7 @@ from django.utils import timezone
 
 from agent.bounds import CHECKS, bounds_check, day_start, refund_precheck
 from agent.models import Run, StepKind
-from agent.runs import run_create
+from agent.services import run_create
 from agent.steplog import log_step
 from deskhand.desk.models import Merchant, Order, Refund, Ticket
 
@@ -194,6 +194,40 @@ def test_the_refund_precheck_names_the_ceiling_a_refund_would_pass(seeded) -> No
     Refund.objects.filter(order=order).delete()
     Merchant.objects.filter(slug="northwind").update(daily_refund_ceiling_cents=3000)
     assert "daily refund ceiling" in refund_precheck(str(run.pk), ask)
-    # Not its business: validation and lookups speak for themselves.
+    # Not its business: validation speaks for itself.
     assert refund_precheck(str(run.pk), {**ask, "amount_cents": "lots"}) is None
-    assert refund_precheck(str(run.pk), {**ask, "order_reference": "LU-2201"}) is None
+
+
+def test_the_refund_precheck_refuses_an_order_the_refund_could_never_reach(seeded) -> None:
+    """Another merchant's order reads like no order at all; another customer's is named; the
+    reference is matched the way the refund itself matches it (case, spaces)."""
+    run = _run("NW-1", max_refund_cents=25_000)
+    ask = {"order_reference": "NW-1042", "amount_cents": 100, "reason": "stale"}
+    assert refund_precheck(str(run.pk), {**ask, "order_reference": " nw-1042 "}) is None
+    other_tenant = refund_precheck(str(run.pk), {**ask, "order_reference": "LU-2201"})
+    nowhere = refund_precheck(str(run.pk), {**ask, "order_reference": "ZZ-0000"})
+    assert other_tenant == "cannot refund 1.00 USD: no order 'LU-2201' for this merchant"
+    assert nowhere == other_tenant.replace("LU-2201", "ZZ-0000")
+    other_customer = (
+        Order.objects.filter(merchant__slug="northwind")
+        .exclude(customer=run.ticket.customer)
+        .first()
+    )
+    assert "does not belong to the customer on this ticket" in refund_precheck(
+        str(run.pk), {**ask, "order_reference": other_customer.reference}
+    )
+
+
+def test_the_refund_precheck_counts_the_ceiling_across_the_tickets_runs(seeded) -> None:
+    """As the refund itself does: a second run on a ticket does not start with a fresh ceiling."""
+    first = _run("NW-1")
+    order = Order.objects.get(reference="NW-1042")
+    Refund.objects.create(
+        merchant_id=order.merchant_id, order=order, amount_cents=1500, reason="x", run=first
+    )
+    Run.objects.filter(pk=first.pk).update(status="succeeded")
+    second = _run("NW-1", max_refund_cents=2000)
+    ask = {"order_reference": "NW-1042", "amount_cents": 1000, "reason": "stale"}
+    why = refund_precheck(str(second.pk), ask)
+    assert why is not None and "refund ceiling is 20.00 USD, 5.00 USD is left" in why
+    assert refund_precheck(str(second.pk), {**ask, "amount_cents": 500}) is None

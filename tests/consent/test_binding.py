@@ -82,7 +82,7 @@ def _fork_from_the_refund_request(run: Run) -> Run:
     return fork_run(run=run, seq=asked.seq, user=user("owner@northwind.test"))
 
 
-def test_a_fork_rederiving_a_different_amount_is_refused_and_the_same_amount_executes_once(
+def test_a_fork_rederiving_a_different_amount_asks_again_and_the_same_amount_executes_once(
     dbos_executor, scripted
 ):
     scripted([[refund(3800)], [{"type": "text", "text": "Refunded the coffee."}]])
@@ -92,11 +92,15 @@ def test_a_fork_rederiving_a_different_amount_is_refused_and_the_same_amount_exe
     assert original.status == "succeeded"
     assert Refund.objects.get().amount_cents == 3800
 
-    # Re-derived from the model call onwards, the trajectory now asks 48.00 under the same call id.
+    # Re-derived from the model call onwards, the trajectory now asks 48.00 under the same call
+    # id: more than the 10.00 left on the order across the lineage, so the refund pre-check
+    # refuses it before anyone is asked, and the model reads why.
     scripted([[refund(4800)], [{"type": "text", "text": "done"}]])
     greedy = wait_terminal(str(_fork_from_the_refund_request(original).id))
-    assert (greedy.status, greedy.stop_reason) == ("failed", "ledger_mismatch"), greedy.summary
-    assert greedy.approvals.count() == 0  # refused before anyone was even asked
+    assert (greedy.status, greedy.stop_reason) == ("succeeded", "end_turn"), greedy.summary
+    assert greedy.approvals.count() == 0
+    refused = greedy.step_log.get(kind="tool", tool="issue_refund")
+    assert not refused.ok and "10.00 USD" in refused.payload.text
     assert Refund.objects.count() == 1
 
     # The same amount on retry: the ledger answers with the recorded result; nothing is paid again.
@@ -105,8 +109,10 @@ def test_a_fork_rederiving_a_different_amount_is_refused_and_the_same_amount_exe
     assert honest.status == "succeeded", honest.summary
     assert honest.approvals.count() == 0
     assert Refund.objects.count() == 1
-    assert LedgerEntry.objects.count() == 1
-    assert "Refunded" not in honest.summary  # the fork moved no money, and says so
+    assert not LedgerEntry.objects.filter(run=honest).exists()
+    # The fork moved no money, and says so; it names the refund it inherited.
+    assert f"- Refunded 38.00 USD against NW-1042. (run {original.id})" in honest.summary
+    assert "New in this run:\nNo money moved" in honest.summary
     assert_every_effect_was_approved()
 
 
@@ -153,6 +159,32 @@ def test_a_rederived_call_under_an_earlier_approval_is_refused_and_the_approved_
     assert Refund.objects.count() == 1
 
 
+def test_a_request_step_re_executed_with_rewritten_arguments_is_refused_without_overwriting_its_row(
+    tseeded,
+):
+    """A crash between ``gate.request``'s commit and its checkpoint, and a rewritten model
+    checkpoint: the step runs again at the same ``seq`` with other arguments. It answers with
+    the mismatch; the row that says what the person was asked stays as it was."""
+    run = bare_run()
+    run_id = str(run.id)
+    asked = gate_request(run_id, 1, gate_call(3800))
+    row = Step.objects.get(run=run, seq=1)
+
+    again = gate_request(run_id, 1, gate_call(4800))
+
+    assert again["approval_id"] == asked["approval_id"]
+    assert "amount_cents approved 3800, now 4800" in again["mismatch"]
+    kept = Step.objects.get(run=run, seq=1)
+    assert (kept.arguments, kept.args_hash, kept.attempts) == (
+        row.arguments,
+        row.args_hash,
+        row.attempts,
+    )
+    assert kept.arguments["amount_cents"] == 3800
+    assert Step.objects.filter(run=run).count() == 1
+    assert Approval.objects.get(pk=asked["approval_id"]).arguments["amount_cents"] == 3800
+
+
 def _gate_reads(run: Run) -> int:
     with connection.cursor() as cur:
         cur.execute(
@@ -174,7 +206,7 @@ def _unconsumed(run: Run, topic: str) -> int:
 def test_a_decision_for_approval_a_cannot_resolve_b_and_a_bare_message_executes_nothing(
     dbos_executor,
 ):
-    from deskhand.dbos_setup import client
+    from deskhand.dbos_client import client
 
     run = settle(start("LU-2", "owner@lumen.test"))  # LU-2: refund the duplicate, then email
     refund_approval = decide(run, "owner@lumen.test")

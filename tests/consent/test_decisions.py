@@ -12,10 +12,11 @@ from django.core.management.base import CommandError
 from django.db import IntegrityError, connection, transaction
 
 from agent.gate import gate_request
-from agent.runs import run_cancel, run_start
+from agent.services import run_cancel, run_start
+from agent.steering import SteerRefused, run_steer
 from approvals.models import Approval, ApprovalStatus, AuditEvent
 from approvals.selectors import approval_for_user
-from approvals.services import DecisionRefused, SteerRefused, approval_decide, run_steer
+from approvals.services import DecisionRefused, approval_decide
 from deskhand.desk.models import Ticket
 from deskhand.desk.permissions import NotAllowed, NotVisible
 from tests.consent.conftest import bare_run, gate_call
@@ -132,7 +133,8 @@ def test_a_steer_on_an_ended_run_or_without_text_is_refused(opened):
     run_cancel(run=opened.run, user=user("owner@northwind.test"))
     with pytest.raises(SteerRefused, match="is already cancelled; notes reach only live runs"):
         run_steer(run=opened.run, user=user("agent@northwind.test"), body="too late")
-    with pytest.raises(DecisionRefused, match="already expired"):  # cancel expired it first
+    # The cancel withdrew it first.
+    with pytest.raises(DecisionRefused, match="was withdrawn when its run was cancelled"):
         approval_decide(approval=opened, user=user("owner@northwind.test"), approve=True)
 
 

@@ -93,11 +93,15 @@ def test_escalation_follows_each_merchants_sla_and_never_touches_decided_or_expi
         pk=gate_request(str(lu_run.id), 1, gate_call(17900, "toolu_lu", "LU-2311"))["approval_id"]
     )
     decided = Approval.objects.get(
-        pk=gate_request(str(bare_run("NW-3").id), 1, gate_call(100, "t_d"))["approval_id"]
+        pk=gate_request(str(bare_run("NW-3").id), 1, gate_call(100, "t_d", "NW-0918"))[
+            "approval_id"
+        ]
     )
     approval_decide(approval=decided, user=user("agent@northwind.test"), approve=False, reason="no")
     stale = Approval.objects.get(
-        pk=gate_request(str(bare_run("NW-2").id), 1, gate_call(100, "t_e"))["approval_id"]
+        pk=gate_request(str(bare_run("NW-2").id), 1, gate_call(100, "t_e", "NW-1077"))[
+            "approval_id"
+        ]
     )
     Approval.objects.filter(pk=stale.pk).update(
         expires_at=stale.requested_at + dt.timedelta(hours=2)

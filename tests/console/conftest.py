@@ -6,6 +6,7 @@ and action tests need no worker; the browser and SSE tests use real processes.
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import os
 import socket
@@ -33,7 +34,7 @@ NW_OWNER, NW_AGENT, NW_VIEWER = (
     "agent@northwind.test",
     "viewer@northwind.test",
 )
-LU_OWNER, LU_AGENT, LU_VIEWER = "owner@lumen.test", "agent@lumen.test", "viewer@lumen.test"
+LU_OWNER = "owner@lumen.test"
 AUDITOR = "auditor@deskhand.test"
 
 
@@ -80,14 +81,19 @@ class FakeClient:
     ) -> None:
         self.calls.append(("send", (destination, message, topic)))
 
-    def cancel_workflow(self, workflow_id: str) -> None:
+    def cancel_workflow(self, workflow_id: str, *, cancel_children: bool = False) -> None:
+        # The real DBOSClient's signature: a run's model calls are its child workflows.
+        assert cancel_children, "a run is cancelled with its children (its model calls)"
         self.calls.append(("cancel", workflow_id))
+
+    def list_workflows(self, **kwargs: Any) -> list[Any]:
+        return []  # no workflow exists: these runs were built from rows
 
 
 @pytest.fixture
 def fake_dbos(monkeypatch) -> Iterator[FakeClient]:
     fake = FakeClient()
-    monkeypatch.setattr("deskhand.dbos_setup.client", lambda: fake)
+    monkeypatch.setattr("deskhand.dbos_client.client", lambda: fake)
     yield fake
 
 
@@ -198,12 +204,18 @@ class WebServer:
 @pytest.fixture
 def web_server(tseeded) -> Iterator[WebServer]:
     """``python -m uvicorn deskhand.asgi:application`` on a free port, on the test database."""
+    with uvicorn_on_test_database("test-web.log") as server:
+        yield server
+
+
+@contextlib.contextmanager
+def uvicorn_on_test_database(log_name: str) -> Iterator[WebServer]:
+    """A web process of its own (uvicorn), serving the test database until the block ends."""
     from tests.fixtures.dbos import test_database_url
 
     port = free_port()
-    log_path = (
-        ROOT / ".deskhand" / "test-web.log"
-    )  # kept after the test, for a failure's post-mortem
+    # Kept after the test, for a failure's post-mortem.
+    log_path = ROOT / ".deskhand" / log_name
     log_path.parent.mkdir(parents=True, exist_ok=True)
     env = dict(
         os.environ,

@@ -243,7 +243,7 @@ def test_cancel_ends_the_run_truthfully(seeded, fake_dbos):
     run.refresh_from_db()
     approval.refresh_from_db()
     assert run.status == "cancelled" and run.stop_reason == "cancelled"
-    assert approval.status == "expired"
+    assert approval.status == "withdrawn" and approval.decided_by.email == NW_OWNER
     assert Step.objects.filter(run=run, kind="bound").exists()
     assert ("cancel", str(run.pk)) in fake_dbos.calls
     assert client_for(NW_OWNER).post(f"/runs/{run.pk}/cancel").status_code == 409

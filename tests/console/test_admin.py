@@ -7,9 +7,9 @@ from django.contrib import admin
 from django.urls import reverse
 
 from agent.models import LedgerEntry, Run, Step
+from agent.synthetic import synthetic_generate
 from approvals.models import Approval, AuditEvent
 from deskhand.desk.models import Refund
-from deskhand.desk.synthetic import synthetic_generate
 from tests.console.conftest import AUDITOR, NW_OWNER, client_for
 
 AUDITED = [Run, Step, LedgerEntry, Approval, AuditEvent, Refund]

@@ -155,8 +155,9 @@ def test_htmx_requests_get_the_partial_only(world):
 
 def test_a_staff_auditor_without_a_merchant_is_pointed_at_the_admin(seeded):
     response = client_for("auditor@deskhand.test").get("/runs/")
-    assert response.status_code == 403
-    assert "/admin/" in response.content.decode()
+    assert response.status_code == 302 and response["Location"] == "/admin/"
+    refused = client_for("auditor@deskhand.test").post("/tickets/NW-1/run")
+    assert refused.status_code == 403 and "/admin/" in refused.content.decode()
 
 
 def test_the_inbox_lays_arguments_beside_the_order_and_flags_escalation(world):
@@ -176,3 +177,81 @@ def test_the_inbox_lays_arguments_beside_the_order_and_flags_escalation(world):
     ):
         assert fact in body, fact
     assert 'data-countdown="' in body
+
+
+@pytest.mark.usefixtures("world")
+def test_the_card_keeps_the_agents_reason_apart_from_the_order_record():
+    body = client_for(NW_OWNER).get("/approvals/").content.decode()
+    facts, _, rest = body.partition('aria-label="The agent\'s claims"')
+    assert rest, "no claims section on the card"
+    assert "From the order record" in facts and "Left to refund" in facts
+    claims = rest.split("</dl>", 1)[0]
+    assert "The agent&#x27;s reason (not checked)" in claims and "stale beans" in claims
+    # The reason is not listed among the arguments as if it were a fact.
+    arguments = facts.split('aria-label="What the agent asks to do"', 1)[1]
+    assert "<dt>amount_cents</dt>" in arguments and "<dt>reason</dt>" not in arguments
+
+
+@pytest.mark.parametrize(
+    ("status", "reason", "detail"),
+    [
+        ("exhausted", "truncated", "the model's reply was cut off by its output limit twice"),
+        ("exhausted", "context_window_exceeded", "the conversation no longer fits"),
+        ("failed", "model_refusal", "the model refused to continue"),
+        ("failed", "provider_error", "Anthropic API overloaded_error (HTTP 529): Overloaded"),
+        ("failed", "unknown_stop_reason", "the model stopped for a reason Deskhand does not know"),
+    ],
+)
+def test_each_model_stop_shows_on_the_run_page_and_in_json(seeded, status, reason, detail):
+    import json
+
+    from agent.cli import print_outcome
+
+    run = make_run("NW-1", status=status, stop_reason=reason, stop_detail=detail)
+    body = client_for(NW_OWNER).get(f"/runs/{run.pk}/").content.decode()
+    assert reason in body and detail in body.replace("&#x27;", "'")
+
+    class Out:
+        def __init__(self) -> None:
+            self.stdout = self
+            self.text = ""
+
+        def write(self, text: str) -> None:
+            self.text += text
+
+    out = Out()
+    print_outcome(out, run, as_json=True)
+    shown = json.loads(out.text)
+    assert (shown["status"], shown["stop_reason"], shown["stop_detail"]) == (status, reason, detail)
+
+
+def test_a_model_call_waiting_out_a_rate_limit_shows_on_the_run_page_and_in_json(seeded):
+    import datetime as dt
+    import json
+
+    from agent.cli import print_outcome
+
+    until = timezone.now() + dt.timedelta(seconds=30)
+    reason = "rate limited by anthropic: retry after 30 s"
+    run = make_run("NW-1", status="running")
+    run.waiting_until, run.wait_reason = until, reason
+    run.save(update_fields=["waiting_until", "wait_reason"])
+    body = client_for(NW_OWNER).get(f"/runs/{run.pk}/").content.decode()
+    assert re.search(r'data-testid="model-wait">rate limited by anthropic: retry after 30 s', body)
+
+    class Out:
+        def __init__(self) -> None:
+            self.stdout = self
+            self.text = ""
+
+        def write(self, text: str) -> None:
+            self.text += text
+
+    out = Out()
+    print_outcome(out, run, as_json=True)
+    shown = json.loads(out.text)
+    assert (shown["waiting_until"], shown["wait_reason"]) == (until.isoformat(), reason)
+
+    run.waiting_until, run.wait_reason = None, ""
+    run.save(update_fields=["waiting_until", "wait_reason"])
+    assert "model-wait" not in client_for(NW_OWNER).get(f"/runs/{run.pk}/").content.decode()

@@ -6,9 +6,9 @@ import pytest
 from django.db.models import Count, Q, Sum
 
 from agent.models import OPEN_STATUSES, LedgerEntry, Run, Step
+from agent.synthetic import SyntheticError, synthetic_generate
 from approvals.models import Approval
 from deskhand.desk.models import Refund
-from deskhand.desk.synthetic import SyntheticError, synthetic_generate
 
 
 def test_it_refuses_without_merchants(db):

@@ -53,7 +53,7 @@ def test_invalid_arguments_and_unknown_tools_are_results_the_model_sees(dbos_exe
     assert Refund.objects.count() == 0
 
 
-def test_a_refund_above_the_remainder_is_refused_after_approval_and_the_run_continues(
+def test_a_refund_above_the_remainder_is_refused_before_anyone_is_asked_and_the_run_continues(
     dbos_executor, scripted
 ):
     scripted(
@@ -70,11 +70,11 @@ def test_a_refund_above_the_remainder_is_refused_after_approval_and_the_run_cont
         ]
     )
     run = settle(start("NW-1", "owner@northwind.test"))
-    decide(run, "owner@northwind.test")
-    run = wait_terminal(str(run.id))
-    assert run.status == "succeeded"
+    assert run.status == "succeeded"  # the pre-check answered: nobody was asked
+    assert not run.approvals.exists()
     step = Step.objects.get(run=run, kind="tool", tool="issue_refund")
     assert step.ok is False and "cannot refund" in step.result["text"]
+    assert "left to refund" in step.result["text"]
     assert Refund.objects.count() == 0
 
 

@@ -20,6 +20,7 @@ from tests.durability.helpers import (
     decide,
     pending_approval,
     start,
+    user,
 )
 from tests.fixtures.dbos import wait_for_run, wait_parked, wait_terminal
 
@@ -136,12 +137,28 @@ def test_step_log_totals_equal_the_runs_totals(dbos_executor):
 
 
 def test_no_effect_exists_without_a_matching_approval(dbos_executor):
+    """Every effect has a decision by a person, or by a versioned rule a person wrote."""
+    from agent.approval_policy import policy_save
+    from deskhand.desk.models import Merchant
+
+    # Northwind's owner lets refunds up to 40.00 through, one a day; Lumen has no rules.
+    policy_save(
+        merchant=Merchant.objects.get(slug="northwind"),
+        user=user("owner@northwind.test"),
+        rules=[{"tool": "issue_refund", "max_amount_cents": 4000, "max_per_day": 1}],
+        channel="cli",
+    )
     for ref, email in (("NW-1", "owner@northwind.test"), ("LU-2", "owner@lumen.test")):
         run = settle(start(ref, email))
         while run.status == "awaiting_approval":
             decide(run, email)
             run = settle(run)
     assert Refund.objects.count() == 2
+    decided = sorted(
+        (e.approval.channel, e.approval.decided_by_id is None)
+        for e in LedgerEntry.objects.filter(ok=True).select_related("approval")
+    )
+    assert ("policy", True) in decided and ("cli", False) in decided
     assert_every_effect_was_approved()
 
 

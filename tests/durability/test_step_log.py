@@ -2,7 +2,7 @@
 
 import pytest
 
-from agent.runs import run_create
+from agent.services import run_create
 from agent.steplog import log_step
 from deskhand.desk.models import Ticket
 from tests.durability.helpers import user
@@ -21,7 +21,7 @@ def test_a_nul_byte_in_a_tool_result_is_recorded_not_fatal(seeded):
         arguments={"k\x00": "v"},
     )
     step.refresh_from_db()
-    assert step.result == {"text": "a\ufffdb"}
+    assert step.result["text"] == step.payload.text == "a\ufffdb"
     assert step.arguments == {"k\ufffd": "v"}
 
 

@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import datetime as dt
-import time
 
 import pytest
 from django.utils import timezone
 
-from agent import runs
+from agent import services
 from agent.models import Run
 from agent.reconcile import reconcile
 from approvals.models import Approval
@@ -24,8 +23,8 @@ def test_a_run_whose_enqueue_fails_ends_failed_at_once(tseeded, monkeypatch):
         def enqueue(self, *a, **k):
             raise ConnectionError("system database unreachable")
 
-    monkeypatch.setattr("deskhand.dbos_setup.client", lambda: Broken())
-    run = runs.run_start(
+    monkeypatch.setattr("deskhand.dbos_client.client", lambda: Broken())
+    run = services.run_start(
         ticket=Ticket.objects.get(reference="NW-2"), user=user("owner@northwind.test")
     )
     assert run.status == "failed"
@@ -35,7 +34,7 @@ def test_a_run_whose_enqueue_fails_ends_failed_at_once(tseeded, monkeypatch):
 
 
 def test_a_run_created_but_never_enqueued_is_failed_by_the_reconciler(dbos_executor):
-    run = runs.run_create(
+    run = services.run_create(
         ticket=Ticket.objects.get(reference="NW-2"), user=user("owner@northwind.test")
     )
     # The web process "died" here. Inside the grace period the reconciler leaves it alone.
@@ -49,15 +48,17 @@ def test_a_run_created_but_never_enqueued_is_failed_by_the_reconciler(dbos_execu
 
 
 def test_a_workflow_cancelled_behind_our_back_is_recorded_as_cancelled(dbos_executor):
-    from deskhand.dbos_setup import client
+    from deskhand.dbos_client import client
 
     run = wait_parked(str(start("NW-1", "owner@northwind.test").id))
     client().cancel_workflow(str(run.id))
     reconcile()
     run.refresh_from_db()
     assert run.status == "cancelled"
-    assert Approval.objects.get(run=run).status == "expired"
+    withdrawn = Approval.objects.get(run=run)
+    assert (withdrawn.status, withdrawn.decided_by) == ("withdrawn", None)  # the system's act
     assert "No money moved" in run.summary
+    assert "Withdrawn when the run was cancelled: Refund" in run.summary
 
 
 def test_a_recorded_decision_whose_send_was_lost_is_resent_once(dbos_executor, monkeypatch):
@@ -73,20 +74,24 @@ def test_a_recorded_decision_whose_send_was_lost_is_resent_once(dbos_executor, m
     approval.refresh_from_db()
     assert approval.status == "approved" and approval.delivered_at is None
     monkeypatch.setattr(services, "approval_send", real_send)
-    time.sleep(
-        2.1
-    )  # the reconciler leaves a decision alone for 2 s while its own send may be in flight
-    assert reconcile()["resent"] == 1
+    # The reconciler leaves a decision alone for 2 s while its own send may be in flight,
+    # by the clock it is given.
+    assert reconcile()["resent"] == 0
+    later = timezone.now() + dt.timedelta(seconds=3)
+    assert reconcile(now=later)["resent"] == 1
     run = wait_for_run(str(run.id), lambda r: r.status == "succeeded")
     assert run.refunds.count() == 1
-    assert reconcile()["resent"] == 0
+    assert reconcile(now=later)["resent"] == 0
 
 
-def test_cancel_expires_approvals_and_reports_what_completed(dbos_executor):
+def test_cancel_withdraws_approvals_and_reports_what_completed(dbos_executor):
     run = wait_parked(str(start("NW-1", "owner@northwind.test").id))
-    run = runs.run_cancel(run=run, user=user("agent@northwind.test"))
+    run = services.run_cancel(run=run, user=user("agent@northwind.test"))
     assert run.status == "cancelled" and run.stop_reason == "cancelled"
-    assert Approval.objects.get(run=run).status == "expired"
+    approval = Approval.objects.get(run=run)
+    assert approval.status == "withdrawn" and approval.decided_by.email == "agent@northwind.test"
     assert "agent@northwind.test" in run.summary and "No money moved" in run.summary
-    with pytest.raises(runs.RunRefused, match="already cancelled"):
-        runs.run_cancel(run=run, user=user("owner@northwind.test"))
+    assert "Withdrawn when the run was cancelled:" in run.summary
+    assert "Expired without a decision" not in run.summary
+    with pytest.raises(services.RunRefused, match="already cancelled"):
+        services.run_cancel(run=run, user=user("owner@northwind.test"))

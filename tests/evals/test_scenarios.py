@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from agent.evals.runner import run_scenario
-from agent.evals.scenarios import SCENARIOS, Scenario
+from tests.devtools.evals.runner import run_scenario
+from tests.devtools.evals.scenarios import SCENARIOS, Scenario
 from tests.fixtures.dbos import ensure_in_process_executor, stop_in_process_executor
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -32,13 +32,16 @@ class InlineRuntime:
     def run_id(self) -> str:
         return self._run_id
 
-    def step_id(self) -> int | None:
-        return len(self.step_names) or None
-
     async def step(self, name: str, fn: Callable[..., T], *args: Any) -> T:
         self.step_names.append(name)
         current_step_id.set(len(self.step_names))
         return fn(*args)
+
+    async def limited_step(self, name: str, fn: Callable[..., T], *args: Any) -> T:
+        return await self.step(name, fn, *args)
+
+    async def sleep(self, seconds: float) -> None:
+        return None
 
     async def wait(self, topic: str, timeout_seconds: float) -> Any | None:
         approval_id = topic.split(":", 1)[1]
@@ -52,6 +55,9 @@ class InlineRuntime:
 
     async def now(self) -> dt.datetime:
         return dt.datetime.now(dt.UTC) + self.offset
+
+    async def patch(self, name: str) -> bool:
+        return True  # a run started now takes every patched path
 
 
 def drive[T](coro: Coroutine[Any, Any, T]) -> T:

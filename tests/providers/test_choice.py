@@ -15,9 +15,10 @@ from agent.providers import (
     provider_for_run,
 )
 from agent.providers.anthropic import AnthropicProvider
-from agent.providers.policy import ObedientProvider, PolicyProvider
+from agent.providers.policy import PolicyProvider
 from agent.providers.pricing import UnknownModel
 from agent.providers.scripted import ScriptedProvider
+from tests.devtools.doubles import ObedientProvider
 
 
 @pytest.fixture(autouse=True)
@@ -81,3 +82,13 @@ def test_a_star_override_applies_to_every_run_and_clears() -> None:
     clear_overrides()
     assert providers._overrides == {}
     assert provider_for_run("any-run", "scripted", "scripted-policy-1") is not obedient
+
+
+def test_the_suite_never_takes_a_key_from_the_shell() -> None:
+    """``tests/conftest.py`` drops the key and endpoint a developer's shell may export, for this
+    process and the worker subprocesses it starts, so no test reaches the real API by default
+    (run the suite with ``ANTHROPIC_API_KEY`` set and this still holds)."""
+    import os
+
+    assert "ANTHROPIC_API_KEY" not in os.environ and "ANTHROPIC_BASE_URL" not in os.environ
+    assert default_provider() == ("scripted", "scripted-policy-1")

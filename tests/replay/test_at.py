@@ -14,7 +14,7 @@ import pytest
 from agent.gate import DENIAL_TEXT
 from agent.models import Step
 from agent.providers.scripted import call, say
-from approvals.services import run_steer
+from agent.steering import run_steer
 from tests.durability.helpers import decide, start, user
 from tests.fixtures.dbos import wait_parked, wait_terminal
 from tests.replay.conftest import replay_cmd
@@ -47,7 +47,15 @@ def test_at_n_is_exactly_what_the_model_was_sent_with_failures_denials_and_guida
         code, out = replay_cmd(str(run.id), "--at", str(step.seq), "--json")
         assert code == 0, out
         view = json.loads(out)
-        assert view["exact"] is True and view["warnings"] == []
+        assert set(view) == {
+            "system",
+            "tools",
+            "messages",
+            "prompt_sha256",
+            "prompt_version",
+            "prompt_current",
+        }
+        assert view["prompt_current"] is True
         assert view["messages"] == sent, f"step {step.seq}"
         assert view["system"] == recording.systems[0]
 

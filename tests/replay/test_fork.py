@@ -1,8 +1,8 @@
 """``replay RUN_ID --fork-from N``: a fork replays the original up to N and never repeats its effects.
 
 Effects before N are copied checkpoints; an irreversible call re-derived after N
-is answered by the ledger (same call id, same arguments) or refused before anyone
-is asked (same call id, other arguments).
+is answered by the ledger (the same effect: same identity, same arguments) or,
+if it differs, put to a person again with what the lineage already did on the card.
 """
 
 from __future__ import annotations
@@ -11,12 +11,14 @@ import json
 
 import pytest
 
+from agent import replay
 from agent.models import LedgerEntry, Run, Step
 from agent.providers.policy import PolicyProvider
 from agent.providers.scripted import call, say
-from agent.runs import effects_summary, run_create
+from agent.selectors import effects_summary
+from agent.services import run_create
 from approvals.models import Approval, AuditEvent
-from deskhand.dbos_setup import client
+from deskhand.dbos_client import client
 from deskhand.desk.models import OutboundEmail, Refund, Ticket
 from tests.durability.helpers import assert_every_effect_was_approved, decide, start, user
 from tests.fixtures.dbos import wait_parked, wait_terminal
@@ -95,7 +97,8 @@ def test_forks_never_pay_twice_and_a_different_amount_under_the_same_call_is_ref
     assert len(fork_model_steps) == len(recording.seen)
     for step, sent in zip(fork_model_steps, recording.seen, strict=True):
         view = json.loads(replay_cmd(str(again.id), "--at", str(step.seq), "--json")[1])
-        assert view["warnings"] == [] and view["messages"] == sent, f"step {step.seq}"
+        assert view["messages"] == sent, f"step {step.seq}"
+        assert replay.view_at(replay.load(again), step.seq).warnings == []
     answered = [
         b
         for m in recording.seen[1]
@@ -113,7 +116,9 @@ def test_forks_never_pay_twice_and_a_different_amount_under_the_same_call_is_ref
     gate = fork(original, requested)
     assert gate.status == "succeeded" and gate.approvals.count() == 0
 
-    # 4. Same call id, a different amount: refused before anyone is asked; nothing moves.
+    # 4. Same call id, a different amount (the 10.00 left; more would be refused before anyone
+    #    is asked): another refund on the order, so a person is asked, and the card shows the
+    #    refund already made; declined, nothing moves.
     provide(
         [
             [],
@@ -123,22 +128,26 @@ def test_forks_never_pay_twice_and_a_different_amount_under_the_same_call_is_ref
                 call(
                     "issue_refund",
                     order_reference="NW-1042",
-                    amount_cents=4800,
+                    amount_cents=1000,
                     reason="stale beans",
                 )
             ],
             [say("done")],
         ]
     )
-    greedy = fork(original, asked)
-    assert (greedy.status, greedy.stop_reason) == ("failed", "ledger_mismatch"), greedy.summary
-    assert greedy.approvals.count() == 0
-    _, listing = replay_cmd(str(greedy.id))
-    assert "refused: ledger key" in listing
+    code, out = replay_cmd(str(original.id), "--fork-from", str(asked), "--as", OWNER)
+    assert code == 0, out
+    greedy = wait_parked(out.splitlines()[0].strip())
+    card = greedy.approvals.get()
+    assert [p["what"] for p in card.prior_effects] == ["Refunded 38.00 USD against NW-1042."]
+    decide(greedy, OWNER, approve=False, reason="Already refunded.")
+    greedy = wait_terminal(str(greedy.id))
+    assert (greedy.status, greedy.stop_reason) == ("succeeded", "end_turn"), greedy.summary
+    assert "Declined by a person: Refund 10.00 USD" in greedy.summary
 
     assert [r.amount_cents for r in Refund.objects.all()] == [3800]
     assert LedgerEntry.objects.count() == 1
-    assert (Approval.objects.count(), OutboundEmail.objects.count()) == (approvals, emails)
+    assert (Approval.objects.count(), OutboundEmail.objects.count()) == (approvals + 1, emails)
     assert_every_effect_was_approved()
 
     # Where a fork may not start, and who may not start one: one sentence each.

@@ -78,7 +78,7 @@ def call(run: Run, tool_name: str, args: dict[str, Any], *, call_id: str = "call
                 arguments=args,
                 result="",
             ).pk
-        return tool.handler(context(run, call_id=call_id, ledger_entry_id=entry_id), args)
+        return tool.run(context(run, call_id=call_id, ledger_entry_id=entry_id), args)
 
 
 def result(outcome: ToolOutcome) -> dict[str, Any]:

@@ -45,7 +45,7 @@ def test_a_refund_is_recorded_against_the_run_and_its_ledger_entry(seeded):
     }
     [row] = Refund.objects.all()
     assert (row.amount_cents, row.run_id, row.order.reference) == (3800, run.id, "NW-1042")
-    assert row.ledger_entry == LedgerEntry.objects.get(key=f"{run.id}:call-1")
+    assert row.ledger_entry == LedgerEntry.objects.get(run=run, tool_call_id="call-1")
     assert row.merchant.slug == "northwind"
 
 
@@ -60,7 +60,7 @@ def test_a_refund_cannot_exceed_what_is_left_on_the_order(seeded):
     )
     assert list(Refund.objects.values_list("amount_cents", flat=True)) == [1000]
     # The failed call's ledger entry went with it: nothing half-recorded.
-    assert not LedgerEntry.objects.filter(key=f"{run.id}:call-2").exists()
+    assert not LedgerEntry.objects.filter(run=run, tool_call_id="call-2").exists()
     result(refund(run, "NW-1042", 3800, call_id="call-3"))
     assert Order.objects.get(reference="NW-1042").refundable_cents() == 0
 
@@ -72,16 +72,20 @@ def test_the_per_run_refund_ceiling_holds(seeded):
         refund(run, "NW-1042", 200, call_id="call-2")
     message = str(info.value)
     assert "this run's refund ceiling of 20.00 USD" in message
-    assert "already refunded 19.00 USD, leaving 1.00 USD" in message
+    assert "this ticket's runs have already refunded 19.00 USD, leaving 1.00 USD" in message
     refund(run, "NW-1042", 100, call_id="call-3")  # exactly up to the ceiling is allowed
     assert Refund.objects.filter(run=run).count() == 2
 
-    # The ceiling is per run: the next run on the ticket starts with its own.
+    # The ceiling counts the ticket's runs: the next run on the ticket does not start afresh.
     run.status = RunStatus.SUCCEEDED
     run.save(update_fields=["status"])
     later = start_run("NW-1", max_refund_cents=2000)
-    refund(later, "NW-1042", 200, call_id="call-1")
-    assert sum(Refund.objects.values_list("amount_cents", flat=True)) == 2200
+    with pytest.raises(ToolError, match=r"this ticket's runs have already refunded 20\.00 USD"):
+        refund(later, "NW-1042", 200, call_id="call-1")
+    assert sum(Refund.objects.values_list("amount_cents", flat=True)) == 2000
+    # Another ticket's run has its own ceiling.
+    other = start_run("NW-4", max_refund_cents=2000)
+    assert Refund.objects.filter(run__ticket=other.ticket).count() == 0
 
 
 def test_the_merchant_daily_refund_ceiling_holds(seeded):
@@ -140,9 +144,9 @@ def test_email_lands_on_the_thread_and_in_the_outbox(seeded):
     out = result(call(run, "send_customer_email", args))
     assert out == {
         "reference": "NW-1",
-        "to": "Dana Whitfield <dana.whitfield@example.com>",
+        "to": "Dana Whitfield <d***@e***.com>",
         "subject": "Your refund",
-        "message": "Emailed Dana Whitfield <dana.whitfield@example.com> about NW-1. "
+        "message": "Emailed Dana Whitfield <d***@e***.com> about NW-1. "
         "It has been delivered and cannot be recalled.",
     }
     [email] = OutboundEmail.objects.all()

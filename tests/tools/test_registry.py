@@ -216,3 +216,44 @@ def test_args_hash_ignores_key_order_but_not_values_or_tools():
     )
     assert a == b
     assert len({a, c, d}) == 3
+
+
+def test_an_irreversible_tools_wording_is_exactly_what_its_identity_leaves_out():
+    """What ``replay --diverge`` treats as wording (a soft difference) and what the ledger
+    treats as the effect's identity are one declaration, checked at import."""
+    for tool in REGISTRY.values():
+        if tool.risk is Risk.IRREVERSIBLE:
+            fields = set(tool.input_schema["properties"])
+            assert set(tool.wording) == fields - set(tool.identity), tool.name
+    assert REGISTRY["issue_refund"].wording == ("reason",)
+    amount_is_wording = dataclasses.replace(
+        REGISTRY["issue_refund"], name="refund_loosely", wording=("reason", "amount_cents")
+    )
+    with pytest.raises(ValueError, match="non-identity fields"):
+        build_registry([amount_is_wording])
+    unknown = dataclasses.replace(REGISTRY["add_internal_note"], name="note2", wording=("nope",))
+    with pytest.raises(ValueError, match="wording names fields it does not take"):
+        build_registry([unknown])
+
+
+def test_decisions_compare_decisive_arguments_and_report_wording_as_soft():
+    from agent.decisions import DIVERGED, SAME, SOFT, compare
+
+    def refund(amount: int, reason: str) -> list[dict]:
+        args = {"order_reference": "NW-1042", "amount_cents": amount, "reason": reason}
+        return [{"type": "tool_use", "id": "toolu_x", "name": "issue_refund", "input": args}]
+
+    assert (
+        compare(refund(3800, "stale"), "tool_use", refund(3800, "stale"), "tool_use").outcome
+        == SAME
+    )
+    soft = compare(refund(3800, "stale"), "tool_use", refund(3800, "old beans"), "tool_use")
+    assert soft.outcome == SOFT and [(r.tool, r.fields) for r in soft.reworded] == [
+        ("issue_refund", ("reason",))
+    ]
+    assert compare(refund(3800, "x"), "tool_use", refund(1900, "x"), "tool_use").outcome == DIVERGED
+    # A tool the registry does not know is compared on every argument.
+    odd = [{"type": "tool_use", "id": "t", "name": "made_up", "input": {"reason": "a"}}]
+    other = [{"type": "tool_use", "id": "u", "name": "made_up", "input": {"reason": "b"}}]
+    assert compare(odd, "tool_use", other, "tool_use").outcome == DIVERGED
+    assert compare(refund(3800, "x"), "refusal", refund(3800, "x"), "tool_use").outcome == DIVERGED

@@ -2,16 +2,22 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.core.management.base import BaseCommand, CommandError
+from django.core.management.base import CommandError
 
 from agent.cli import print_outcome, run_by_id, user_by_email
-from agent.runs import RunRefused, run_cancel
+from agent.models import RunStatus
+from agent.services import RunRefused, run_cancel
 from approvals.models import Channel
+from deskhand.cli import DeskhandCommand
 from deskhand.desk.permissions import NotAllowed, NotVisible
 
 
-class Command(BaseCommand):
-    help = "Cancel a run: its approvals expire first, then the workflow is cancelled."
+class Command(DeskhandCommand):
+    help = (
+        "Cancel a run: it stops acting and its pending approvals are withdrawn first, then its "
+        "workflow is cancelled. A run already cancelled is refused (exit 1)."
+    )
+    not_done = "the run was not cancelled"
 
     def add_arguments(self, parser: Any) -> None:
         parser.add_argument("run_id")
@@ -28,3 +34,8 @@ class Command(BaseCommand):
         except (RunRefused, NotAllowed) as exc:
             raise CommandError(str(exc)) from None
         print_outcome(self, run, opts["json"])
+        if run.status == RunStatus.CANCELLING:
+            self.stderr.write(
+                f"run {run.id} is cancelling: nothing more will happen for it, and the worker's "
+                "reconciler marks it cancelled once DBOS confirms its workflow has stopped."
+            )

@@ -1,37 +1,50 @@
-"""``python manage.py replay RUN_ID``: a run's steps, what the model saw, divergence, forks.
+"""``python manage.py replay``: a run's steps, what the model saw, divergence, forks.
 
     replay RUN_ID                         the steps, one per line
-    replay RUN_ID --at N [--json]         what the model saw before step N (no model is called)
-    replay RUN_ID --diverge [--system-prompt FILE]
-                                          re-ask the run's provider turn by turn; exit 1 if a
-                                          decision differs, 0 if none does (nothing is executed)
+    replay RUN_ID --at N [--json]         what the model saw before step N (no model is called):
+                                          the system prompt and tools that step was recorded
+                                          with (its prompt version), and the messages — for a
+                                          model step exactly what it was sent, for any other
+                                          step that conversation as far as the loop had built it
+                                          (agent.conversation). --json prints one object {system,
+                                          tools, messages, prompt_sha256, prompt_version,
+                                          prompt_current}
+    replay RUN_ID --diverge [--system-prompt FILE] [--provider P] [--model M]
+                  [--max-spend-usd X] [--json]
+                                          re-ask a provider turn by turn and compare decisions
+                                          (tools and decisive arguments; other wording is a soft
+                                          difference); exit 1 if one differs, 0 if none does
+    replay --corpus [--merchant SLUG] [--since DAYS] [--limit N] [--system-prompt FILE]
+                    [--provider P] [--model M] [--max-spend-usd X] [--json]
+                                          the same over many finished runs: a table (or one
+                                          object); --max-spend-usd is required with a real
+                                          provider (anthropic)
     replay RUN_ID --fork-from N --as EMAIL [--wait]
                                           start a fork of the run from step N; print its id
 
-Bad input exits non-zero with one sentence.
+Nothing but --fork-from writes anything. Bad input exits non-zero with one sentence (with
+--json: one {"error", "code"} object on stdout).
 """
 
 from __future__ import annotations
 
 import json
-import sys
-from pathlib import Path
 from typing import Any
 
-from django.core.management.base import BaseCommand, CommandError
+from django.core.management.base import CommandError
 from django.db import transaction
 
-from agent import replay
+from agent import payloads, replay
 from agent.cli import print_outcome, run_by_id, user_by_email, wait_for_rest
+from agent.management import divergence
 from agent.models import Run, Step, StepKind
-from agent.runs import RunRefused
+from agent.redaction import replay_refusal
+from agent.services import RunRefused
 from approvals.models import Channel
+from deskhand.cli import CliError, DeskhandCommand, UsageError
 from deskhand.desk.permissions import NotAllowed, NotVisible
 
-
-def _one_line(text: Any, width: int) -> str:
-    flat = " ".join(str(text).split())
-    return flat if len(flat) <= width else flat[: width - 1] + "…"
+_one_line = divergence.one_line
 
 
 def _call(block: dict[str, Any], width: int = 80) -> str:
@@ -42,77 +55,46 @@ def _call(block: dict[str, Any], width: int = 80) -> str:
 
 
 def _summary(step: Step) -> str:
-    r = step.result if isinstance(step.result, dict) else {}
-    if step.kind == StepKind.MODEL:
-        calls = replay.tool_uses(r.get("content") or [])
-        text = " ".join(
-            b.get("text", "") for b in r.get("content") or [] if b.get("type") == "text"
-        )
-        head = "; ".join(_call(c, 70) for c in calls) or _one_line(text, 100) or "(no text)"
-        return f"[{r.get('stop_reason', '?')}] {head}"
-    if step.kind == StepKind.TOOL:
-        ledger = f" (ledger {r['ledger_key']})" if step.replayed and r.get("ledger_key") else ""
-        return _one_line(r.get("text", ""), 100) + ledger
-    if step.kind == StepKind.APPROVAL:
-        event = r.get("event", "?")
-        if event == "requested":
-            return _one_line(f"requested: {r.get('preview', '')}", 100)
-        who = f" by {r['decided_by']}" if r.get("decided_by") else ""
-        why = f" — reason: {r['reason']}" if r.get("reason") else ""
-        detail = f" — {r['detail']}" if r.get("detail") else ""
-        return _one_line(f"{event}{who}{why}{detail}", 100)
-    if step.kind == StepKind.NOTE:
-        return _one_line(
-            "; ".join(f"{n.get('author')}: {n.get('body')}" for n in r.get("notes", [])), 100
-        )
-    if step.kind in (StepKind.FINAL, StepKind.BOUND, StepKind.ERROR):
-        reason = r.get("stop_reason") or ""
-        return _one_line(
-            f"{r.get('status', step.kind)}"
-            + (f" ({reason})" if reason else "")
-            + (f" — {r['detail']}" if r.get("detail") else ""),
-            100,
-        )
-    if step.kind == StepKind.UNDO:
-        return _one_line(f"undid step {r.get('undid_seq')}: {r.get('text', '')}", 100)
-    return _one_line(json.dumps(r, ensure_ascii=False), 100)
+    p = payloads.read(step)
+    late = " (late: finished after the run was closed)" if p.late else ""
+    return _one_line(_describe(step, p), 100 - len(late)) + late
 
 
-def _differing(a: list[str], b: list[str], width: int = 120) -> tuple[str, str]:
-    """Both decision lists on one line each, cut around where they first differ."""
-    left, right = ", ".join(a), ", ".join(b)
-    i = next(
-        (k for k, (x, y) in enumerate(zip(left, right, strict=False)) if x != y),
-        min(len(left), len(right)),
-    )
-    if max(len(left), len(right)) <= width or i < width - 30:
-        return _one_line(left, width), _one_line(right, width)
-    start = i - 40
-    return "…" + _one_line(left[start:], width), "…" + _one_line(right[start:], width)
+def _describe(step: Step, p: payloads.StepPayload) -> str:
+    if isinstance(p, payloads.ModelPayload):
+        head = "; ".join(_call(c, 70) for c in p.calls) or _one_line(p.text, 100) or "(no text)"
+        return f"[{p.stop_reason or '?'}] {head}"
+    if isinstance(p, payloads.ToolPayload):
+        ledger = f" (ledger {p.ledger_key})" if step.replayed and p.ledger_key else ""
+        return _one_line(p.text, 100) + ledger
+    if isinstance(p, payloads.ApprovalPayload):
+        if p.event == "requested":
+            return f"requested: {p.preview}"
+        who = f" by {p.decided_by}" if p.decided_by else ""
+        why = f" — reason: {p.reason}" if p.reason else ""
+        detail = f" — {p.detail}" if p.detail else ""
+        return f"{p.event or '?'}{who}{why}{detail}"
+    if isinstance(p, payloads.NotePayload):
+        return "; ".join(f"{n.author}: {n.body}" for n in p.notes)
+    if isinstance(p, payloads.EndPayload):
+        return (
+            f"{p.status or step.kind}"
+            + (f" ({p.stop_reason})" if p.stop_reason else "")
+            + (f" — {p.detail}" if p.detail else "")
+        )
+    return f"undid step {p.undid_seq}: {p.text}"
 
 
 def _row(seq: str, kind: str, tool: str, ok: str, replayed: str, summary: str) -> str:
     return f"{seq:>4}  {kind:<8}  {tool:<20}  {ok:<6}  {replayed:<8}  {summary}"
 
 
-class Command(BaseCommand):
+class Command(DeskhandCommand):
     help = "Show a run's steps, what the model saw before step N, where a changed prompt diverges, or fork it."
-
-    def create_parser(self, prog_name: str, subcommand: str, **kwargs: Any) -> Any:
-        parser = super().create_parser(prog_name, subcommand, **kwargs)
-
-        def one_sentence(message: str) -> None:
-            # argparse would print the whole usage block; one sentence says what was wrong.
-            if not parser.called_from_command_line:
-                raise CommandError(f"{message}.")
-            self.stderr.write(f"CommandError: {message} (see --help).")
-            sys.exit(2)
-
-        parser.error = one_sentence  # type: ignore[method-assign]
-        return parser
+    not_done = "nothing was replayed or forked"
 
     def add_arguments(self, parser: Any) -> None:
-        parser.add_argument("run_id")
+        parser.add_argument("run_id", nargs="?")
         mode = parser.add_mutually_exclusive_group()
         mode.add_argument(
             "--at", type=int, metavar="N", help="print what the model saw before step N"
@@ -121,13 +103,32 @@ class Command(BaseCommand):
             "--diverge", action="store_true", help="replay against a (changed) system prompt"
         )
         mode.add_argument(
+            "--corpus", action="store_true", help="--diverge over many finished runs (no run id)"
+        )
+        mode.add_argument(
             "--fork-from", type=int, metavar="N", help="start a fork of the run from step N"
         )
-        parser.add_argument("--json", action="store_true", help="with --at: one JSON object")
+        parser.add_argument(
+            "--json", action="store_true", help="with --at, --diverge, --corpus: one JSON object"
+        )
         parser.add_argument(
             "--system-prompt",
             metavar="FILE",
-            help="with --diverge: the system prompt to replay under",
+            help="with --diverge, --corpus: the system prompt to replay under",
+        )
+        parser.add_argument("--provider", help="with --diverge, --corpus: anthropic or scripted")
+        parser.add_argument("--model", help="with --provider anthropic: which model")
+        parser.add_argument(
+            "--max-spend-usd",
+            metavar="X",
+            help="with --diverge, --corpus: stop once the replay's model calls cost this much",
+        )
+        parser.add_argument("--merchant", metavar="SLUG", help="with --corpus: one merchant's runs")
+        parser.add_argument(
+            "--since", type=int, metavar="DAYS", help="with --corpus: runs from the last DAYS days"
+        )
+        parser.add_argument(
+            "--limit", type=int, metavar="N", help="with --corpus: at most N runs (default 100)"
         )
         parser.add_argument("--as", dest="email", help="with --fork-from: who starts the fork")
         parser.add_argument(
@@ -138,13 +139,29 @@ class Command(BaseCommand):
         parser.add_argument("--timeout", type=float, default=120.0)
 
     def handle(self, *args: Any, **opts: Any) -> None:
-        if opts["system_prompt"] and not opts["diverge"]:
-            raise CommandError("--system-prompt only applies to --diverge.")
+        replaying = opts["diverge"] or opts["corpus"]
+        for flag in ("system_prompt", "provider", "model", "max_spend_usd"):
+            if opts[flag] is not None and not replaying:
+                raise UsageError(
+                    f"--{flag.replace('_', '-')} only applies to --diverge and --corpus."
+                )
+        for flag in ("merchant", "since", "limit"):
+            if opts[flag] is not None and not opts["corpus"]:
+                raise UsageError(f"--{flag} only applies to --corpus.")
         if (opts["email"] or opts["wait"]) and opts["fork_from"] is None:
-            raise CommandError("--as and --wait only apply to --fork-from.")
-        if opts["json"] and opts["at"] is None:
-            raise CommandError("--json only applies to --at.")
+            raise UsageError("--as and --wait only apply to --fork-from.")
+        if opts["json"] and opts["at"] is None and not replaying:
+            raise UsageError("--json only applies to --at, --diverge and --corpus.")
+        if opts["corpus"]:
+            if opts["run_id"]:
+                raise UsageError("--corpus replays many runs and takes no run id.")
+            return divergence.run_corpus(self, opts)
+        if not opts["run_id"]:
+            raise UsageError("give a run id, or --corpus to replay many runs.")
         run = run_by_id(opts["run_id"])
+        refusal = replay_refusal(run)
+        if refusal:
+            raise CliError(refusal, code="refused")
         if opts["fork_from"] is not None:
             return self._fork(run, opts)
         with transaction.atomic():
@@ -152,7 +169,7 @@ class Command(BaseCommand):
         if opts["at"] is not None:
             return self._at(timeline, opts["at"], opts["json"])
         if opts["diverge"]:
-            return self._diverge(timeline, opts["system_prompt"])
+            return divergence.diverge(self, timeline, opts)
         return self._show(timeline)
 
     # --- the step list -----------------------------------------------------------
@@ -189,9 +206,11 @@ class Command(BaseCommand):
             for s in answers.get(step.seq, []):
                 key = f"{tl.root_id}:{s.call.get('id')}"
                 if s.source == "ledger":
-                    fact = tl.ledger[key]
+                    fact = tl.ledger_answer(s.call)
+                    assert fact is not None  # a "ledger" answer is one the ledger gave
                     text = (
-                        f"answered from the ledger ({key}), no step row: {_one_line(fact.text, 60)}"
+                        f"answered from the ledger (run {fact.run_id[:8]}), no step row: "
+                        f"{_one_line(fact.text, 60)}"
                     )
                     w(
                         _row(
@@ -226,7 +245,11 @@ class Command(BaseCommand):
             raise CommandError(f"run {tl.run.id} has no step {n}; --at takes {span}.")
         view = replay.view_at(tl, n)
         if as_json:
-            self.stdout.write(json.dumps(view.as_dict(), ensure_ascii=False, sort_keys=True))
+            # Exactly one object: the system prompt and tools as sent, the messages, and whether
+            # today's prompt and tools still hash to what that model step recorded.
+            self.stdout.write(json.dumps(view.as_json(), ensure_ascii=False, sort_keys=True))
+            for warning in view.warnings:  # the rebuild disagreeing with itself: stderr, not JSON
+                self.stderr.write(f"warning: {warning}")
             return
         w = self.stdout.write
         what = (
@@ -242,11 +265,9 @@ class Command(BaseCommand):
             w(
                 "the last user turn holds this turn's results so far; the next model call gets the rest too"
             )
-        w(
-            "system: the current system prompt (agent/prompts.py) with this run's fence token; print it with --json"
-        )
         for warning in view.warnings:
             w(f"warning: {warning}")
+        self._prompt(tl, view)
         for message in view.messages:
             w(f"── {message['role']} ──")
             for block in (
@@ -272,58 +293,38 @@ class Command(BaseCommand):
                 else:
                     w(f"[{kind}] {json.dumps(block, ensure_ascii=False)}")
 
-    # --- --diverge ---------------------------------------------------------------
-
-    def _diverge(self, tl: replay.Timeline, prompt_file: str | None) -> None:
-        from agent.providers import provider_for_run
-
-        if prompt_file:
-            path = Path(prompt_file)
-            if not path.is_file():
-                raise CommandError(f"no system prompt file {prompt_file!r}.")
-            try:
-                system = replay.custom_system_prompt(path.read_text(), tl.token)
-            except UnicodeDecodeError:
-                raise CommandError(f"{prompt_file!r} is not a UTF-8 text file.") from None
-            source = f"the system prompt in {prompt_file}"
-        else:
-            system = replay.system_prompt(tl.token)
-            source = "the current system prompt"
-        if not any(s.kind == StepKind.MODEL for s in tl.steps):
-            raise CommandError(f"run {tl.run.id} made no model calls; there is nothing to replay.")
-        try:
-            provider = provider_for_run(str(tl.run.pk), tl.run.provider, tl.run.model)
-        except ValueError as exc:
-            raise CommandError(f"{exc}.") from None
+    def _prompt(self, tl: replay.Timeline, view: replay.View) -> None:
+        """The system prompt and tools that step was sent, and whether today's differ."""
         w = self.stdout.write
-        w(
-            f"replaying run {tl.run.id} against {source} with {provider.name}/{provider.model} — nothing is executed or written"
-        )
-        try:
-            result = replay.diverge(tl, provider, system)
-        except Exception as exc:  # a provider failing mid-replay is reported, not a traceback
-            raise CommandError(
-                f"the provider failed during the replay: {type(exc).__name__}: {_one_line(exc, 200)}."
-            ) from None
-        w(
-            f"model calls made for the replay: {result.matched + (1 if result.diverged else 0)}, {result.input_tokens + result.output_tokens} tokens, {result.cost_micros} micro-USD (not charged to any run)"
-        )
-        if not result.diverged:
-            w(f"no divergence — all {result.total} decision(s) matched")
-            return
-        w(
-            f"diverged at step {result.seq}: {result.matched} of {result.total} decisions matched first"
-        )
-        before, now = _differing(result.original, result.now)
-        w("  originally: " + (before or "(no tool call: it finished)"))
-        w("  now:        " + (now or "(no tool call: it would finish)"))
-        if result.now_text:
-            w("  now says:   " + _one_line(result.now_text, 160))
-        w(
-            "the replay stops here: there is no recorded observation for a call the original run never made."
-        )
-        self.stdout.flush()
-        sys.exit(1)
+        if not any(s.kind == StepKind.MODEL for s in tl.steps):
+            w("system: this run made no model call; today's system prompt and tools are shown")
+        elif view.recorded:
+            w(
+                f"system: the recorded prompt version {(view.prompt_version or '')[:12]}, with this "
+                "run's fence token"
+            )
+            w(
+                "today's system prompt and tools are the same as these"
+                if view.prompt_current
+                else "today's system prompt or tools differ from these (the ones recorded)"
+            )
+        else:
+            w(
+                "system: this run was recorded before prompt versions were kept, so its system "
+                "prompt is not stored; today's (agent/prompts.py) is shown"
+                + (
+                    ", and whether it is what the call was sent is not known"
+                    if view.prompt_sha256 is None
+                    else ", and it is what the call was sent"
+                    if view.prompt_current
+                    else ", and it is not what the call was sent"
+                )
+            )
+        w("── system ──")
+        w(view.system)
+        names = ", ".join(str(t.get("name")) for t in view.tools)
+        w(f"── tools ({len(view.tools)}; definitions with --json) ──")
+        w(names)
 
     # --- --fork-from N -------------------------------------------------------------
 

@@ -2,17 +2,21 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.core.management.base import BaseCommand, CommandError
+from django.core.management.base import CommandError
 
 from agent.cli import print_outcome, user_by_email, wait_for_rest
-from agent.runs import RunRefused, run_start
+from agent.selectors import rerun_needs_confirming, ticket_done
+from agent.services import RunRefused, run_start
 from approvals.models import Channel
+from deskhand.cli import CliError, DeskhandCommand
 from deskhand.desk.models import Membership, Role, Ticket
+from deskhand.desk.money import display_cents
 from deskhand.desk.permissions import NotAllowed, NotVisible
 
 
-class Command(BaseCommand):
-    help = "Start an agent run on a ticket (e.g. NW-1)."
+class Command(DeskhandCommand):
+    help = "Start an agent run on a ticket (e.g. NW-1; any case: nw-1 is the same ticket)."
+    not_done = "no run was started"
 
     def add_arguments(self, parser: Any) -> None:
         parser.add_argument("ticket", help="ticket reference, e.g. NW-1")
@@ -30,9 +34,13 @@ class Command(BaseCommand):
         parser.add_argument("--timeout", type=float, default=120.0)
 
     def handle(self, *args: Any, **opts: Any) -> None:
-        tickets = list(Ticket.objects.select_related("merchant").filter(reference=opts["ticket"]))
+        tickets = list(
+            Ticket.objects.select_related("merchant")
+            .filter(reference__iexact=opts["ticket"].strip())
+            .order_by("merchant_id", "id")
+        )
         if not tickets:
-            raise CommandError(f"no ticket {opts['ticket']!r}.")
+            raise CliError(f"no ticket {opts['ticket']!r}.", code="not_found")
         if opts["email"]:
             user = user_by_email(opts["email"])
             mine = [
@@ -41,8 +49,9 @@ class Command(BaseCommand):
                 if Membership.objects.filter(user=user, merchant=t.merchant).exists()
             ]
             if not mine:
-                raise CommandError(
-                    f"{opts['email']} has no role at the merchant of ticket {opts['ticket']}."
+                raise CliError(
+                    code="not_allowed",
+                    message=f"{opts['email']} has no role at the merchant of ticket {opts['ticket']}.",
                 )
             ticket = mine[0]
         else:
@@ -57,10 +66,32 @@ class Command(BaseCommand):
                     f"{ticket.merchant.name} has no owner to act as; pass --as EMAIL."
                 )
             user = owner.user
+        self._warn_if_rerun(ticket)
         try:
             run = run_start(ticket=ticket, user=user, channel=Channel.CLI)
         except (RunRefused, NotAllowed, NotVisible) as exc:
             raise CommandError(str(exc)) from None
+        self.not_done = f"run {run.id} was started but its outcome was not read"
         if opts["wait"]:
             run = wait_for_rest(run, opts["timeout"])
         print_outcome(self, run, opts["json"])
+
+    def _warn_if_rerun(self, ticket: Ticket) -> None:
+        """Say what earlier runs already did before starting another (the console asks instead).
+
+        The warning goes to stderr, so ``--json`` keeps one object on stdout; the run still
+        starts, as scripts that re-run tickets on purpose expect.
+        """
+        done = ticket_done(ticket=ticket)
+        if not rerun_needs_confirming(ticket=ticket, done=done):
+            return
+        said = [
+            f"refunded {display_cents(d.amount_cents, d.currency)} on {d.detail}"
+            if d.what == "refund" and d.amount_cents is not None
+            else f"emailed the customer ({d.detail!r})"
+            for d in done
+        ]
+        already = "; ".join(said) if said else "nothing was refunded or emailed"
+        self.stderr.write(
+            f"warning: ticket {ticket.reference} is {ticket.status} and earlier runs already did this: {already}."
+        )

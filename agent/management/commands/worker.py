@@ -1,18 +1,39 @@
-"""``python manage.py worker``: the one process kind that executes workflows."""
+"""``python manage.py worker``: the one process kind that executes workflows.
+
+Start-up, in this order: take the executor id's lease (``deskhand.fleet.lease``: a
+session advisory lock, or exit with one sentence if a live process holds it), then
+launch DBOS (which recovers this id's own pending runs), then loop: take over dead
+workers' runs every ``DESKHAND_TAKEOVER_SCAN_SEC``, reconcile every
+``--reconcile-every``. Workers keep their Django connections (``CONN_MAX_AGE`` 60
+unless ``DESKHAND_CONN_MAX_AGE`` says otherwise): a step then costs no connection
+set-up (docs/benchmarks.md).
+"""
 
 from __future__ import annotations
 
 import os
 import signal
 import threading
+import time
 from typing import Any
 
-from django.core.management.base import BaseCommand, CommandError
+import psycopg
+from django.conf import settings
+from django.core.management.base import CommandError
 from django.db import close_old_connections
 
+from deskhand import events
+from deskhand.cli import DeskhandCommand
+from deskhand.edge.errors import is_database_unavailable
+from deskhand.edge.outage import ReconnectLog, quiet_connection_noise
 
-class Command(BaseCommand):
-    help = "Run a DBOS worker: execute queued runs, recover this executor's runs, reconcile."
+
+class Command(DeskhandCommand):
+    help = "Run a DBOS worker: execute queued runs, recover this executor's runs, take over dead workers', reconcile."
+    # Django's checks open a connection (a GeneratedField asks the server's version); the
+    # worker runs them itself once the database is reachable, so an outage at start-up is
+    # waited out rather than reported.
+    requires_system_checks: list[str] = []
 
     def add_arguments(self, parser: Any) -> None:
         parser.add_argument(
@@ -23,34 +44,135 @@ class Command(BaseCommand):
         parser.add_argument(
             "--reconcile-every", type=float, default=5.0, help="Seconds between reconciler passes."
         )
+        parser.add_argument(
+            "--id-wait",
+            type=float,
+            default=None,
+            metavar="S",
+            help="How long to wait for the executor id to be free (default: the takeover grace).",
+        )
 
     def handle(self, *args: Any, **opts: Any) -> None:
-        from dbos import DBOS
-
         from agent.reconcile import reconcile
-        from deskhand.dbos_setup import DBOSSetupError, launch_executor
+        from deskhand.dbos_internals import (
+            pending_of,
+            recover_own_stranded,
+            stage_own_pending,
+            staged_id,
+        )
+        from deskhand.dbos_setup import (
+            DBOSSetupError,
+            StagedRecovery,
+            launch_executor,
+            stop_executor,
+            sweep_now,
+        )
+        from deskhand.fleet.lease import IdTaken, Lease, install
+        from deskhand.fleet.takeover import Scanner
 
         executor_id = opts["executor_id"]
-        if not executor_id or any(c.isspace() for c in executor_id):
-            raise CommandError("--executor-id must be a non-empty id without spaces.")
-        try:
-            launch_executor(executor_id)
-        except DBOSSetupError as exc:
-            raise CommandError(str(exc)) from None
+        if not executor_id or any(c.isspace() for c in executor_id) or len(executor_id) > 128:
+            raise CommandError("--executor-id must be a non-empty id without spaces (128 at most).")
+        if "DESKHAND_CONN_MAX_AGE" not in os.environ:
+            settings.DATABASES["default"]["CONN_MAX_AGE"] = 60
+        grace = settings.DESKHAND_TAKEOVER_GRACE_SEC
+        lease = Lease(
+            executor_id,
+            settings.DESKHAND_APP_VERSION,
+            grace=grace,
+            heartbeat=settings.DESKHAND_HEARTBEAT_SEC,
+        )
+        # The one command that outlives a database outage: it waits, one line per attempt.
         stop = threading.Event()
         for sig in (signal.SIGINT, signal.SIGTERM):
             signal.signal(sig, lambda *_: stop.set())
+        quiet_connection_noise()
+        outage = ReconnectLog(self._say, every=settings.DESKHAND_HEARTBEAT_SEC)
+        while True:
+            try:
+                lease.acquire(wait=grace + 2 if opts["id_wait"] is None else opts["id_wait"])
+                break
+            except IdTaken as exc:
+                raise CommandError(f"{exc}; this worker did not start") from None
+            except psycopg.OperationalError as exc:
+                outage.failed(exc)
+                if stop.wait(outage.every):
+                    self._say(f"worker {executor_id} stopped before the database was reachable")
+                    return
+        outage.reached()
+        self.check()
+        install(lease)
+        lease.on_retaken = sweep_now
+        lease.on_unreachable = outage.failed
+        lease.on_reachable = outage.reached
+        lease.start()
+        # Our own pending runs are handed back in stages, decided ones first, not all at once
+        # by DBOS's startup recovery (docs/scaling.md, "A restart with thousands parked").
+        version = settings.DESKHAND_APP_VERSION
+        stage_own_pending(executor_id, version)
+        staged = pending_of(staged_id(executor_id), version)  # with any a crash left staged
+        try:
+            launch_executor(executor_id)
+        except DBOSSetupError as exc:
+            lease.release()
+            raise CommandError(str(exc)) from None
+        stager = StagedRecovery(
+            executor_id,
+            version,
+            lease.confirmed,
+            batch=settings.DESKHAND_RECOVERY_BATCH,
+            max_replaying=settings.DESKHAND_RECOVERY_MAX_REPLAYING,
+        )
+        stager.start()
+        quiet_connection_noise()  # again: DBOS has added its own log handler at launch
         self.stdout.write(
-            f"worker {executor_id} ready (DBOS launched, queue listening)", ending="\n"
+            f"worker {executor_id} ready (version {version}, DBOS launched, queue listening;"
+            f" {staged} of its runs to recover in stages)",
+            ending="\n",
         )
         self.stdout.flush()
-        while not stop.wait(opts["reconcile_every"]):
-            try:
-                close_old_connections()
-                counts = reconcile()
-                if any(counts.values()):
-                    self.stdout.write(f"reconciled: {counts}")
-            except Exception as exc:  # the reconciler must never take the worker down
-                self.stderr.write(f"reconciler pass failed: {type(exc).__name__}: {exc}")
+        scanner = Scanner(lease)
+        scan_every = settings.DESKHAND_TAKEOVER_SCAN_SEC
+        tick = min(scan_every, opts["reconcile_every"], 1.0)
+        next_scan = next_reconcile = time.monotonic()
+        while not stop.wait(tick):
+            now = time.monotonic()
+            if now >= next_scan:
+                next_scan = now + scan_every
+                try:
+                    close_old_connections()
+                    stranded = recover_own_stranded(executor_id, settings.DESKHAND_APP_VERSION)
+                    if stranded:
+                        events.emit(
+                            "worker.stranded_recovered", executor_id=executor_id, runs=len(stranded)
+                        )
+                        self.stdout.write(f"re-enqueued {len(stranded)} of its own stranded runs")
+                    for took in scanner.scan():
+                        self.stdout.write(
+                            f"took over {took.executor_id} ({took.why}): {took.recovered} runs"
+                            + (f", {took.left} still pending" if took.left else "")
+                        )
+                except Exception as exc:  # a scan must never take the worker down
+                    if not is_database_unavailable(exc):  # an outage has its own lines
+                        self.stderr.write(f"takeover scan failed: {type(exc).__name__}: {exc}")
+            if now >= next_reconcile:
+                next_reconcile = now + opts["reconcile_every"]
+                try:
+                    close_old_connections()
+                    counts = reconcile()
+                    if any(counts.values()):
+                        self.stdout.write(f"reconciled: {counts}")
+                except Exception as exc:  # the reconciler must never take the worker down
+                    if not is_database_unavailable(exc):
+                        self.stderr.write(f"reconciler pass failed: {type(exc).__name__}: {exc}")
         self.stdout.write(f"worker {executor_id} stopping")
-        DBOS.destroy(workflow_completion_timeout_sec=2)
+        events.emit("worker.stopping", executor_id=executor_id)
+        stager.stop.set()
+        scanner.close()
+        stop_executor(workflow_completion_timeout_sec=2)
+        lease.release()
+        install(None)
+
+    def _say(self, line: str) -> None:
+        self.stdout.write(line)
+        self.stdout.flush()

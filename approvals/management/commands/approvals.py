@@ -5,15 +5,16 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from django.core.management.base import BaseCommand, CommandError
 from django.utils import timezone
 
 from approvals.selectors import approval_row, approvals_list, duration
+from deskhand.cli import CliError, DeskhandCommand
 from deskhand.desk.models import Merchant
 
 
-class Command(BaseCommand):
+class Command(DeskhandCommand):
     help = "List approvals: id, run, tool, preview, hash, age and expiry (escalated ones flagged)."
+    not_done = "no approvals were listed"
 
     def add_arguments(self, parser: Any) -> None:
         parser.add_argument("--merchant", help="only this merchant (its slug, e.g. northwind)")
@@ -26,9 +27,9 @@ class Command(BaseCommand):
     def handle(self, *args: Any, **opts: Any) -> None:
         slug = opts["merchant"]
         if slug and not Merchant.objects.filter(slug=slug).exists():
-            raise CommandError(f"no merchant {slug!r}.")
+            raise CliError(f"no merchant {slug!r}.", code="not_found")
         if opts["limit"] < 1:
-            raise CommandError("--limit must be at least 1.")
+            raise CliError("--limit must be at least 1.", code="usage", returncode=2)
         now = timezone.now()
         rows = [
             approval_row(a, now=now)
@@ -64,7 +65,11 @@ def _line(row: dict[str, Any]) -> str:
         expiry = f"{row['status']}{by}"
     flag = "  ESCALATED" if row["escalated"] else ""
     preview = row["preview"].splitlines()[0] if row["preview"] else row["tool"]
+    prior = "".join(
+        f"\n    already done (run {p['run_id'][:8]}): {p['what']}" for p in row["prior_effects"]
+    )
     return (
-        f"{row['id']}  {row['status']:<8}  run {row['run_id']} ({row['ticket']})  {row['tool']}  "
+        f"{row['id']}  {row['status']:<9}  run {row['run_id']} ({row['ticket']})  {row['tool']}  "
         f"hash {row['args_hash'][:12]}  age {duration(row['age_seconds'])}  {expiry}{flag}\n    {preview}"
+        f"{prior}"
     )

@@ -1,0 +1,372 @@
+"""What needs real worker processes: one and two workers' throughput, SIGKILL to resume, takeover.
+
+Workers are ``python -m agent.load.worker`` (a real ``manage.py worker`` with the load
+model) on the scratch database; their logs go to a temporary folder, never the tree.
+CPU is read per process (psutil) for the workers and for the Postgres server when it
+is the embedded one, so the bench can say which of the two is the limit.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote
+
+import psutil
+
+from agent.bench.probes import Listener, Progress, until
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def database_url(server: dict[str, Any], dbname: str) -> str:
+    host = str(server.get("host") or "127.0.0.1")
+    auth = quote(str(server.get("user") or "postgres"), safe="")
+    if server.get("password"):
+        auth += ":" + quote(str(server["password"]), safe="")
+    port = f":{server['port']}" if server.get("port") else ""
+    return f"postgresql://{auth}@{quote(host, safe='')}{port}/{dbname}"
+
+
+def postgres_processes(server: dict[str, Any]) -> list[psutil.Process]:
+    """The embedded server's processes (its socket directory is its data folder), else none."""
+    host = str(server.get("host") or "")
+    pidfile = Path(host) / "postmaster.pid" if host.startswith("/") else None
+    if pidfile is None or not pidfile.exists():
+        return []
+    try:
+        master = psutil.Process(int(pidfile.read_text().split()[0]))
+        return [master, *master.children(recursive=True)]
+    except (psutil.Error, ValueError, OSError):
+        return []
+
+
+def cpu_of(procs: list[psutil.Process]) -> float:
+    total = 0.0
+    for p in procs:
+        try:
+            t = p.cpu_times()
+            total += t.user + t.system
+        except psutil.Error:
+            pass
+    return total
+
+
+class Worker:
+    def __init__(self, executor_id: str, env: dict[str, str], logs: Path) -> None:
+        self.executor_id = executor_id
+        self.env = env
+        self.log = logs / f"{executor_id}.log"
+        self.proc: subprocess.Popen[str] | None = None
+
+    def start(self, timeout: float = 90) -> float:
+        """Start it; seconds until it printed its ready line."""
+        t0 = time.perf_counter()
+        offset = self.log.stat().st_size if self.log.exists() else 0
+        with self.log.open("a") as out:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "agent.load.worker", self.executor_id],
+                cwd=ROOT,
+                env=self.env,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                text=True,
+            )
+
+        def ready() -> bool:
+            with self.log.open() as fh:
+                fh.seek(offset)
+                return f"worker {self.executor_id} ready" in fh.read()
+
+        if not until(ready, timeout, every=0.05):
+            raise RuntimeError(
+                f"bench worker {self.executor_id} did not start:\n{self.log.read_text()[-2000:]}"
+            )
+        return time.perf_counter() - t0
+
+    def kill(self) -> None:
+        if self.proc and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGKILL)
+            self.proc.wait(10)
+
+    def stop(self) -> None:
+        if self.proc and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(20)
+            except subprocess.TimeoutExpired:
+                self.kill()
+
+    @property
+    def pid(self) -> int:
+        assert self.proc is not None
+        return self.proc.pid
+
+
+class Fleet:
+    def __init__(
+        self,
+        server: dict[str, Any],
+        dbname: str,
+        conninfo: dict[str, Any],
+        logs: Path,
+        progress: Progress,
+        out: dict[str, Any],
+    ) -> None:
+        self.env = {
+            **os.environ,
+            "DATABASE_URL": database_url(server, dbname),
+            "PYTHONUNBUFFERED": "1",
+            "DESKHAND_LOG_LEVEL": "WARNING",
+            # Three processes on one server with Postgres's default 100 connections: each
+            # worker may hold a persistent connection per step thread (docs/fleet.md).
+            "DESKHAND_MAX_EXECUTOR_THREADS": os.environ.get("DESKHAND_MAX_EXECUTOR_THREADS", "20"),
+        }
+        self.server = server
+        self.conninfo = conninfo
+        self.logs = logs
+        self.progress = progress
+        self.out = out
+        self.workers: dict[str, Worker] = {}
+
+    def worker(self, executor_id: str) -> Worker:
+        if executor_id not in self.workers:
+            self.workers[executor_id] = Worker(executor_id, self.env, self.logs)
+        return self.workers[executor_id]
+
+    def stop_all(self) -> None:
+        for w in self.workers.values():
+            w.stop()
+
+    # --- throughput ----------------------------------------------------------------------
+
+    def _burst(self, n: int, start: int, pids: list[int]) -> tuple[float, float, float]:
+        """Enqueue ``n`` QUICK runs at once; (runs/s, workers' CPU cores, Postgres's CPU cores)."""
+        from agent.load.world import QUICK, load_world, owners
+        from agent.models import Run
+        from agent.services import run_create, run_enqueue
+
+        who = owners()
+        runs = [
+            run_create(ticket=t, user=who[t.merchant_id])
+            for t in load_world(n, start=start, prefix=QUICK)
+        ]
+        procs = [psutil.Process(p) for p in pids]
+        pg = postgres_processes(self.server)
+        c0 = self._commits()
+        w0, p0, t0 = cpu_of(procs), cpu_of(pg), time.perf_counter()
+        for run in runs:
+            run_enqueue(run)
+        ids = [r.pk for r in runs]
+        until(
+            lambda: Run.objects.filter(pk__in=ids, status__in=("succeeded", "failed")).count() == n,
+            max(180.0, n * 2.0),
+            every=0.2,
+        )
+        dt = time.perf_counter() - t0
+        self.last_commits = self._commits() - c0
+        pg = postgres_processes(self.server) or pg
+        return n / dt, (cpu_of(procs) - w0) / dt, (cpu_of(pg) - p0) / dt if pg else float("nan")
+
+    def _commits(self) -> int:
+        import psycopg
+
+        with psycopg.connect(**self.conninfo, autocommit=True) as c:
+            row = c.execute(
+                "SELECT xact_commit FROM pg_stat_database WHERE datname = %s",
+                [self.conninfo["dbname"]],
+            ).fetchone()
+            return int(row[0]) if row else 0
+
+    def throughput(self, n: int, start: int) -> None:
+        self.progress.phase("fleet: one worker, then two, each a burst of queued runs")
+        one = self.worker("bench-w1")
+        one.start()
+        r1, w1cpu, pg1 = self._burst(n, start, [one.pid])
+        self.progress.advance(6)
+        two = self.worker("bench-w2")
+        two.start()
+        r2, w2cpu, pg2 = self._burst(n, start + n, [one.pid, two.pid])
+        commits2 = self.last_commits
+        self.progress.advance(6)
+        self.out.update(
+            runs_per_s_1_worker=round(r1, 2),
+            runs_per_s_2_workers=round(r2, 2),
+            two_workers_over_one=round(r2 / r1, 2),
+            workers_cpu_cores_1=round(w1cpu, 2),
+            workers_cpu_cores_2=round(w2cpu, 2),
+            postgres_cpu_cores_1=round(pg1, 2),
+            postgres_cpu_cores_2=round(pg2, 2),
+            commits_per_quick_run=round(commits2 / n, 1),
+            # What Postgres spent per commit, as commits per second per core it used.
+            postgres_commits_per_core_s=round(commits2 / n * r2 / pg2, 0)
+            if pg2 == pg2 and pg2
+            else None,
+        )
+
+    # --- a restart with everything the in-process phase left parked --------------------------
+
+    def drop_leftovers(self) -> None:
+        """Close the connections the stopped in-process executor's step threads still hold
+        (persistent Django connections outlive DBOS's shutdown until their threads are
+        collected); with them, two workers do not fit Postgres's default 100."""
+        import psycopg
+
+        with psycopg.connect(**self.conninfo, autocommit=True) as c:
+            c.execute(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = %s"
+                " AND pid <> pg_backend_pid() AND application_name = ''",
+                [self.conninfo["dbname"]],
+            )
+
+    def restart_with_parked(self, executor_id: str, listener: Listener, decide: int) -> None:
+        """The in-process executor is gone, its parked runs PENDING under its id (as after a
+        SIGKILL). Decide a few while nothing runs, start a worker with that id, time until
+        each decision took effect (its gate.resume committed) and until all re-parked."""
+        import random
+
+        from django.db import connection
+
+        from agent.load.world import owners
+        from agent.models import Step
+        from approvals.models import Approval
+        from approvals.services import approval_decide
+
+        self.progress.phase("fleet: restart a worker holding every parked run")
+        pending = list(
+            Approval.objects.filter(status="pending", run__status="awaiting_approval").values_list(
+                "pk", flat=True
+            )
+        )
+        parked = len(pending)
+        who = owners()
+        marks = []
+        for pk in random.Random(7).sample(pending, min(decide, parked)):
+            a = Approval.objects.get(pk=pk)
+            seq = Step.objects.get(run=a.run_id, kind="approval", tool_call_id=a.tool_call_id).seq
+            approval_decide(approval=a, user=who[a.merchant_id], approve=True, reason="bench")
+            marks.append(f"{a.run_id}:{seq + 1}")
+        w = self.worker(executor_id)
+        t0 = time.perf_counter()
+        ready = w.start(timeout=300)
+        took = [listener.wait_for(m, 120) for m in marks]
+
+        def left() -> int:
+            with connection.cursor() as cur:
+                cur.execute(
+                    "SELECT count(*) FROM dbos.workflow_status WHERE status = 'ENQUEUED'"
+                    " OR executor_id LIKE %s",
+                    ["%#staged"],
+                )
+                return int(cur.fetchone()[0])
+
+        until(lambda: left() == 0, max(120.0, parked * 0.2), every=0.5)
+        all_s = time.perf_counter() - t0
+        self.out.update(
+            restart_parked_runs=parked,
+            restart_ready_s=round(ready, 2),
+            restart_decision_s=round(
+                max((t - t0 - ready for t in took if t), default=float("nan")), 2
+            )
+            if all(took)
+            else None,
+            restart_all_handed_back_s=round(all_s - ready, 1),
+        )
+        w.stop()
+        with connection.cursor() as cur:  # abandon the rest: the fleet figures start clean
+            cur.execute(
+                "UPDATE dbos.workflow_status SET status = 'CANCELLED'"
+                " WHERE status IN ('PENDING', 'ENQUEUED')"
+            )
+            cur.execute(
+                "UPDATE agent_run SET status = 'cancelled', stop_reason = 'cancelled'"
+                " WHERE status IN ('queued', 'running', 'awaiting_approval')"
+            )
+        self.progress.advance(5)
+
+    # --- SIGKILL → resumed, and takeover -----------------------------------------------------
+
+    def _park_one(self, start: int) -> Any:
+        from agent.load.world import load_world, owners
+        from agent.services import run_start
+        from approvals.models import Approval
+
+        who = owners()
+        (ticket,) = load_world(1, start=start)
+        run = run_start(ticket=ticket, user=who[ticket.merchant_id])
+        if not until(
+            lambda: (
+                Approval.objects.filter(run=run, status="pending").exists()
+                and _executor_and_status(run.pk)[1] == "PENDING"
+            ),
+            60,
+            every=0.05,
+        ):
+            raise RuntimeError(f"run {run.pk} did not park")
+        time.sleep(0.5)  # its recv is waiting
+        return run
+
+    def kill_to_resume(self, listener: Listener, start: int) -> None:
+        """SIGKILL the worker holding a parked run, decide while it is down, restart it:
+        seconds from the kill until the run's next step committed."""
+        from agent.load.world import owners
+        from agent.models import Step
+        from approvals.models import Approval
+        from approvals.services import approval_decide
+
+        self.progress.phase("fleet: SIGKILL a worker, restart it, time until its run resumes")
+        self.worker("bench-w2").stop()
+        w1 = self.worker("bench-w1")
+        run = self._park_one(start)
+        approval = Approval.objects.get(run=run, status="pending")
+        seq = Step.objects.get(run=run, kind="approval", tool_call_id=approval.tool_call_id).seq
+        t0 = time.perf_counter()
+        w1.kill()
+        approval_decide(approval=approval, user=owners()[run.merchant_id], approve=True)
+        ready = w1.start()
+        seen = listener.wait_for(f"{run.pk}:{seq + 1}", 60)
+        self.out.update(
+            kill_to_resume_s=round(seen - t0, 2) if seen else None,
+            restart_to_ready_s=round(ready, 2),
+        )
+        self.progress.advance(5)
+
+    def takeover(self, start: int) -> None:
+        """Kill a worker that (as far as the registry says) ran on another host: seconds until
+        a live worker has its parked run waiting again. Includes the grace period."""
+        from django.db import connection
+
+        self.progress.phase("fleet: a worker dies for good; time until another took its run over")
+        w1 = self.worker("bench-w1")
+        run = self._park_one(start)
+        w2 = self.worker("bench-w2")
+        w2.start()
+        with connection.cursor() as cur:  # as if bench-w1 had run on another machine
+            cur.execute(
+                "UPDATE fleet_worker SET host = 'elsewhere||' WHERE executor_id = 'bench-w1'"
+            )
+        t0 = time.perf_counter()
+        w1.kill()
+        ok = until(lambda: _executor_and_status(run.pk) == ("bench-w2", "PENDING"), 90, 0.05)
+        self.out["takeover_s"] = round(time.perf_counter() - t0, 2) if ok else None
+        from django.conf import settings
+
+        self.out["takeover_grace_s"] = settings.DESKHAND_TAKEOVER_GRACE_SEC
+        self.progress.advance(5)
+
+
+def _executor_and_status(run_id: Any) -> tuple[str, str]:
+    from django.db import connection
+
+    with connection.cursor() as cur:
+        cur.execute(
+            "SELECT executor_id, status FROM dbos.workflow_status WHERE workflow_uuid = %s",
+            [str(run_id)],
+        )
+        row = cur.fetchone()
+    return (row[0], row[1]) if row else ("", "")

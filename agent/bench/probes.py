@@ -1,0 +1,147 @@
+"""Measuring tools for the bench: percentiles, process facts, a NOTIFY listener, a progress bar."""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+import psutil
+import psycopg
+
+BENCH_APP = "deskhand-bench"
+
+
+def pct(values: list[float], p: float) -> float:
+    if not values:
+        return float("nan")
+    ordered = sorted(values)
+    k = max(0, min(len(ordered) - 1, round(p / 100 * (len(ordered) - 1))))
+    return ordered[k]
+
+
+def median(values: list[float]) -> float:
+    return pct(values, 50)
+
+
+def cpu_seconds(pid: int | None = None) -> float:
+    t = psutil.Process(pid).cpu_times() if pid else os.times()
+    return float(t.user + t.system)
+
+
+def rss_mb(pid: int | None = None) -> float:
+    return float(psutil.Process(pid or os.getpid()).memory_info().rss) / 1024 / 1024
+
+
+def threads(pid: int | None = None) -> int:
+    return int(psutil.Process(pid or os.getpid()).num_threads())
+
+
+def machine() -> dict[str, Any]:
+    cpu = "unknown CPU"
+    try:
+        with open("/proc/cpuinfo") as fh:
+            cpu = next(
+                (ln.split(":", 1)[1].strip() for ln in fh if ln.startswith("model name")), cpu
+            )
+    except OSError:
+        pass
+    return {
+        "cores": os.cpu_count(),
+        "cpu": cpu,
+        "ram_gb": round(psutil.virtual_memory().total / 1024**3),
+        "load_1m": round(os.getloadavg()[0], 1),
+        "python": sys.version.split()[0],
+    }
+
+
+def until(predicate: Callable[[], bool], timeout: float, every: float = 0.01) -> bool:
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if predicate():
+            return True
+        time.sleep(every)
+    return False
+
+
+class Listener:
+    """LISTEN deskhand_steps on its own connection; remembers when each payload arrived."""
+
+    def __init__(self, conninfo: dict[str, Any]) -> None:
+        self.conn = psycopg.connect(**conninfo, autocommit=True, application_name=BENCH_APP)
+        self.conn.execute("LISTEN deskhand_steps")
+        self.seen: dict[str, float] = {}
+        self.cond = threading.Condition()
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._run, name="bench-listen", daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        while not self.stop.is_set():
+            for note in self.conn.notifies(timeout=0.2):
+                now = time.perf_counter()
+                with self.cond:
+                    self.seen.setdefault(note.payload, now)
+                    self.cond.notify_all()
+
+    def wait_for(self, payload: str, timeout: float) -> float | None:
+        end = time.monotonic() + timeout
+        with self.cond:
+            while payload not in self.seen:
+                left = end - time.monotonic()
+                if left <= 0:
+                    return None
+                self.cond.wait(left)
+            return self.seen[payload]
+
+    def close(self) -> None:
+        self.stop.set()
+        self.thread.join(2)
+        self.conn.close()
+
+
+class Progress:
+    """One line on stderr: ``[#####-----] 45% (3:12) parking 5000 runs``; phase lines when not a TTY."""
+
+    def __init__(self, total: float, stream: Any = None) -> None:
+        self.total = max(total, 1e-9)
+        self.done = 0.0
+        self.stream = stream or sys.stderr
+        self.tty = hasattr(self.stream, "isatty") and self.stream.isatty()
+        self.t0 = time.monotonic()
+        self.label = ""
+
+    def phase(self, label: str) -> None:
+        self.label = label
+        if not self.tty:
+            self.stream.write(f"  … {label} ({self._elapsed()})\n")
+            self.stream.flush()
+        self.draw()
+
+    def advance(self, amount: float, note: str = "") -> None:
+        self.done = min(self.total, self.done + amount)
+        self.draw(note)
+
+    def _elapsed(self) -> str:
+        s = int(time.monotonic() - self.t0)
+        return f"{s // 60}:{s % 60:02d}"
+
+    def draw(self, note: str = "") -> None:
+        if not self.tty:
+            return
+        frac = self.done / self.total
+        bar = "#" * int(frac * 30)
+        self.stream.write(
+            f"\r[{bar:<30}] {frac * 100:3.0f}% ({self._elapsed()}) {self.label} {note}"[:120].ljust(
+                120
+            )
+        )
+        self.stream.flush()
+
+    def close(self) -> None:
+        if self.tty:
+            self.stream.write("\r" + " " * 120 + "\r")
+            self.stream.flush()

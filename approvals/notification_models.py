@@ -1,0 +1,109 @@
+"""The notification outbox: who must be told that a person is needed, as rows.
+
+Kept apart from ``approvals.models`` (which imports these, so Django finds them)
+because they are plumbing for telling people, not the consent record itself.
+"""
+
+from __future__ import annotations
+
+import uuid
+
+from django.db import models
+
+
+class NotificationEvent(models.TextChoices):
+    REQUESTED = "approval.requested"
+    ESCALATED = "approval.escalated"
+    EXPIRING = "approval.expiring"
+
+
+class Transport(models.TextChoices):
+    EMAIL = "email"
+    WEBHOOK = "webhook"
+
+
+class Notification(models.Model):
+    """One message to one recipient about one event, written in the event's own transaction.
+
+    The worker's sweep sends it (``approvals.outbox``) and marks ``sent_at``; a failure
+    is retried with backoff. A crash can fall between the receiver accepting it and the
+    row being marked, so delivery is at least once: ``id`` is the stable ``Message-ID``
+    of an email and the delivery id of a webhook, for the receiver to deduplicate.
+    """
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    merchant = models.ForeignKey(
+        "desk.Merchant", on_delete=models.CASCADE, related_name="notifications"
+    )
+    approval = models.ForeignKey(
+        "approvals.Approval", on_delete=models.CASCADE, related_name="notifications"
+    )
+    event = models.CharField(max_length=24, choices=NotificationEvent.choices)
+    transport = models.CharField(max_length=8, choices=Transport.choices)
+    # An email address, or the webhook URL as configured when the event happened.
+    recipient = models.CharField(max_length=500)
+    subject = models.CharField(max_length=200, blank=True)
+    body = models.TextField(blank=True)
+    payload = models.JSONField(default=dict, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    next_attempt_at = models.DateTimeField()
+    attempts = models.PositiveIntegerField(default=0)
+    sent_at = models.DateTimeField(null=True, blank=True)
+    last_error = models.TextField(blank=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["approval", "event", "transport", "recipient"],
+                name="one_notification_per_event_and_recipient",
+            )
+        ]
+        indexes = [
+            models.Index(
+                fields=["next_attempt_at"],
+                condition=models.Q(sent_at__isnull=True),
+                name="notification_due",
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.event} to {self.recipient} ({'sent' if self.sent_at else 'pending'})"
+
+
+class WebhookEndpoint(models.Model):
+    """A merchant's optional chat-integration webhook: every notification event, signed.
+
+    The body is JSON; ``X-Deskhand-Signature`` is ``sha256=<hex HMAC of "<timestamp>.<body>">``
+    with ``secret`` and ``X-Deskhand-Timestamp``; ``X-Deskhand-Delivery`` is the
+    notification id, the same on every retry (see docs/notifications.md).
+    """
+
+    merchant = models.OneToOneField(
+        "desk.Merchant", on_delete=models.CASCADE, related_name="webhook"
+    )
+    url = models.URLField(max_length=500)
+    secret = models.CharField(max_length=200)
+    active = models.BooleanField(default=True)
+
+    def __str__(self) -> str:
+        return f"{self.url} ({'active' if self.active else 'off'})"
+
+
+class WebhookDelivery(models.Model):
+    """One attempt to deliver a webhook notification: the delivery log the admin shows."""
+
+    notification = models.ForeignKey(
+        Notification, on_delete=models.CASCADE, related_name="deliveries"
+    )
+    attempt = models.PositiveIntegerField()
+    at = models.DateTimeField(auto_now_add=True)
+    status_code = models.PositiveSmallIntegerField(null=True, blank=True)
+    ok = models.BooleanField(default=False)
+    error = models.TextField(blank=True)
+    duration_ms = models.PositiveIntegerField(default=0)
+
+    class Meta:
+        ordering = ["notification", "attempt"]
+
+    def __str__(self) -> str:
+        return f"delivery {self.notification_id} attempt {self.attempt}: {'ok' if self.ok else 'failed'}"

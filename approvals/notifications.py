@@ -1,0 +1,233 @@
+"""Telling people they are needed: the outbox rows written with the event that needs them.
+
+An approval requested, escalated, or about to expire writes one ``Notification``
+row per recipient *in the same transaction as the event* (the gate's request,
+the escalation sweep's update, the expiry warning's sweep): if the event
+commits, so do its notifications, and if it rolls back nobody is told of
+something that did not happen. ``approvals.outbox`` sends them later.
+
+Who: a request and an expiry warning go to the merchant's approvers (owners
+and agents); an escalation to its owners. Each gets one email; a merchant with
+an active webhook gets one signed webhook delivery per event as well.
+
+What: no customer content beyond the ticket reference — the kind of action,
+the ticket, when it expires and a link to the inbox. The preview (which quotes
+the model and may quote the customer) stays in the console.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+import secrets
+from typing import Any
+
+from django.conf import settings
+from django.core.exceptions import ValidationError
+from django.core.validators import URLValidator
+from django.db import IntegrityError, transaction
+from django.urls import reverse
+from django.utils import timezone
+
+from approvals.models import Approval, ApprovalStatus, AuditEvent
+from approvals.notification_models import (
+    Notification,
+    NotificationEvent,
+    Transport,
+    WebhookEndpoint,
+)
+from deskhand.desk.models import Membership, Merchant, Role
+from deskhand.desk.permissions import require_owner
+
+log = logging.getLogger(__name__)
+
+__all__ = ["NotificationEvent", "notify_approval", "notify_expiring_due"]
+
+ACTIONS = {
+    "issue_refund": "a refund",
+    "send_customer_email": "an email to the customer",
+    "cancel_order": "an order cancellation",
+}
+
+
+def approval_link(approval: Approval) -> str:
+    """Where a person decides it: the console's inbox, at this approval's card."""
+    base = settings.DESKHAND_CONSOLE_URL.rstrip("/")
+    return f"{base}{reverse('console:approvals')}#approval-{approval.id}"
+
+
+def recipients(approval: Approval, event: str) -> list[str]:
+    """The people to tell: owners for an escalation, owners and agents otherwise."""
+    roles = [Role.OWNER] if event == NotificationEvent.ESCALATED else [Role.OWNER, Role.AGENT]
+    emails = (
+        Membership.objects.filter(
+            merchant_id=approval.merchant_id, role__in=roles, user__is_active=True
+        )
+        .exclude(user__email="")
+        .order_by("user__email")
+        .values_list("user__email", flat=True)
+    )
+    return list(dict.fromkeys(emails))
+
+
+def _when(value: dt.datetime, zone: str) -> str:
+    from zoneinfo import ZoneInfo
+
+    return value.astimezone(ZoneInfo(zone)).strftime("%Y-%m-%d %H:%M %Z")
+
+
+def _message(approval: Approval, event: str) -> tuple[str, str]:
+    ticket = approval.run.ticket.reference
+    merchant = approval.merchant
+    action = ACTIONS.get(approval.tool, approval.tool)
+    heads = {
+        NotificationEvent.REQUESTED: f"Approval needed: {action} on {ticket}",
+        NotificationEvent.ESCALATED: f"Escalated: {action} on {ticket} is still waiting",
+        NotificationEvent.EXPIRING: f"Expiring soon: {action} on {ticket}",
+    }
+    subject = f"[{merchant.name}] {heads[NotificationEvent(event)]}"
+    body = "\n".join(
+        [
+            f"The agent working on ticket {ticket} at {merchant.name} asks a person to approve "
+            f"{action} ({approval.tool}).",
+            "",
+            f"Requested: {_when(approval.requested_at, merchant.timezone)}",
+            f"Expires:   {_when(approval.expires_at, merchant.timezone)}",
+            *(
+                ["Escalated: it has waited past the merchant's time to answer."]
+                if event == NotificationEvent.ESCALATED
+                else []
+            ),
+            "",
+            f"Decide it here: {approval_link(approval)}",
+            "",
+            "The details are in the console; this message carries none of the customer's words.",
+        ]
+    )
+    return subject, body
+
+
+def _payload(approval: Approval, event: str) -> dict[str, object]:
+    return {
+        "event": str(event),
+        "merchant": approval.merchant.slug,
+        "approval": {
+            "id": str(approval.id),
+            "tool": approval.tool,
+            "ticket": approval.run.ticket.reference,
+            "status": approval.status,
+            "requested_at": approval.requested_at.isoformat(),
+            "expires_at": approval.expires_at.isoformat(),
+            "escalated_at": approval.escalated_at.isoformat() if approval.escalated_at else None,
+            "url": approval_link(approval),
+        },
+    }
+
+
+def notify_approval(approval: Approval, event: str) -> list[Notification]:
+    """Write this event's notifications for ``approval`` (call inside the event's transaction).
+
+    Idempotent per (approval, event, transport, recipient): a step re-executed after
+    a crash, or two sweeps, write each row once.
+    """
+    now = timezone.now()
+    subject, body = _message(approval, event)
+    rows = [
+        Notification(
+            merchant_id=approval.merchant_id,
+            approval=approval,
+            event=event,
+            transport=Transport.EMAIL,
+            recipient=email,
+            subject=subject[:200],
+            body=body,
+            next_attempt_at=now,
+        )
+        for email in recipients(approval, event)
+    ]
+    hook = WebhookEndpoint.objects.filter(merchant_id=approval.merchant_id, active=True).first()
+    if hook is not None:
+        rows.append(
+            Notification(
+                merchant_id=approval.merchant_id,
+                approval=approval,
+                event=event,
+                transport=Transport.WEBHOOK,
+                recipient=hook.url,
+                payload=_payload(approval, event),
+                next_attempt_at=now,
+            )
+        )
+    made = Notification.objects.bulk_create(rows, ignore_conflicts=True)
+    return list(made)
+
+
+def webhook_set(
+    *, merchant: Merchant, user: Any, url: str | None, channel: str
+) -> tuple[WebhookEndpoint, str]:
+    """Point the merchant's webhook at ``url`` with a fresh secret (owners only), or switch it
+    off (``url`` None). Audited as ``webhook.change``. Returns the endpoint and the new secret,
+    which is shown once and never stored anywhere else."""
+    require_owner(user, merchant.pk, "change the notification webhook")
+    secret = ""
+    with transaction.atomic():
+        hook = WebhookEndpoint.objects.select_for_update().filter(merchant=merchant).first()
+        if url is None:
+            if hook is None:
+                raise WebhookRefused(f"{merchant.name} has no webhook to switch off.")
+            hook.active = False
+            hook.save(update_fields=["active"])
+        else:
+            validator = URLValidator(schemes=["http", "https"])
+            try:
+                validator(url)
+            except ValidationError:
+                raise WebhookRefused(f"{url[:200]!r} is not an http(s) URL.") from None
+            secret = secrets.token_urlsafe(32)
+            hook, _ = WebhookEndpoint.objects.update_or_create(
+                merchant=merchant, defaults={"url": url, "secret": secret, "active": True}
+            )
+        AuditEvent.objects.create(
+            merchant=merchant,
+            actor=user,
+            action="webhook.change",
+            channel=channel,
+            detail={"url": hook.url, "active": hook.active, "new_secret": bool(secret)},
+        )
+    return hook, secret
+
+
+class WebhookRefused(Exception):
+    """The webhook cannot be set as asked; the message is one sentence."""
+
+
+def notify_expiring_due(*, now: dt.datetime, limit: int = 500) -> int:
+    """Warn about pending approvals that expire within ``DESKHAND_APPROVAL_EXPIRY_WARNING_SECONDS``.
+
+    Run by the worker's sweep. Each approval is warned once (the unique row); the
+    approval's row lock makes a decision that lands meanwhile win: a decided approval
+    is not warned about.
+    """
+    window = dt.timedelta(seconds=settings.DESKHAND_APPROVAL_EXPIRY_WARNING_SECONDS)
+    due = list(
+        Approval.objects.filter(
+            status=ApprovalStatus.PENDING, expires_at__gt=now, expires_at__lte=now + window
+        )
+        .exclude(notifications__event=NotificationEvent.EXPIRING)
+        .values_list("pk", flat=True)[:limit]
+    )
+    warned = 0
+    for pk in due:
+        try:
+            with transaction.atomic():
+                approval = (
+                    Approval.objects.select_for_update(of=("self",))
+                    .select_related("merchant", "run__ticket")
+                    .get(pk=pk)
+                )
+                if approval.status != ApprovalStatus.PENDING:
+                    continue
+                warned += bool(notify_approval(approval, NotificationEvent.EXPIRING))
+        except IntegrityError:  # pragma: no cover - a concurrent sweep wrote it first
+            log.info("expiry warning for approval %s already written", pk)
+    return warned

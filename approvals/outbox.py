@@ -1,0 +1,187 @@
+"""Sending the notification outbox: at least once, with a stable id, retried with backoff.
+
+``outbox_send_due`` is called by the worker's sweep (``agent.reconcile``) every
+few seconds. Each due row is claimed with ``FOR UPDATE SKIP LOCKED`` (two
+workers never send the same row at once), sent, and marked ``sent_at`` in the
+same transaction. A crash after the receiver accepted it and before that
+commit leaves the row unsent, so it is sent again: delivery is at least once,
+and every copy carries the same id — the email's ``Message-ID``
+(``<notification id@domain>``: mail clients show one), the webhook's
+``X-Deskhand-Delivery`` header (the receiver deduplicates).
+
+A failure is recorded on the row (``attempts``, ``last_error``) and retried
+after ``BACKOFF_BASE * 2**(attempts-1)`` seconds, capped at ``BACKOFF_CAP``;
+nothing is ever dropped. Each webhook attempt is also a ``WebhookDelivery``
+row, the delivery log the admin shows.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import hmac
+import json
+import logging
+import time
+import urllib.error
+import urllib.request
+import uuid
+from collections.abc import Callable
+
+from django.conf import settings
+from django.core.mail import EmailMessage
+from django.db import transaction
+from django.utils import timezone
+
+from approvals.notification_models import Notification, Transport, WebhookDelivery, WebhookEndpoint
+
+log = logging.getLogger(__name__)
+
+BACKOFF_BASE = 5.0  # seconds before the first retry
+BACKOFF_CAP = 3600.0
+WEBHOOK_TIMEOUT = 10.0
+
+
+Checkpoint = Callable[[str, str], None]
+
+
+def _nowhere(point: str, target: str) -> None:
+    return None
+
+
+def backoff(attempts: int) -> dt.timedelta:
+    """How long to wait after the ``attempts``-th failure."""
+    return dt.timedelta(seconds=min(BACKOFF_BASE * 2 ** max(attempts - 1, 0), BACKOFF_CAP))
+
+
+def message_id(notification: Notification) -> str:
+    return f"<{notification.id}@{settings.DESKHAND_MESSAGE_ID_DOMAIN}>"
+
+
+def signature(secret: str, timestamp: str, body: bytes) -> str:
+    """``sha256=<hex>``: HMAC-SHA256 over ``"<timestamp>.<body>"`` with the merchant's secret."""
+    mac = hmac.new(secret.encode(), timestamp.encode() + b"." + body, hashlib.sha256)
+    return f"sha256={mac.hexdigest()}"
+
+
+def webhook_body(notification: Notification) -> bytes:
+    """The JSON body: the payload written with the event, plus its delivery id."""
+    data = {**notification.payload, "delivery_id": str(notification.id)}
+    return json.dumps(data, sort_keys=True, separators=(",", ":")).encode()
+
+
+def _send_email(notification: Notification) -> None:
+    EmailMessage(
+        subject=notification.subject,
+        body=notification.body,
+        to=[notification.recipient],
+        headers={"Message-ID": message_id(notification)},
+    ).send(fail_silently=False)
+
+
+def _send_webhook(notification: Notification) -> str:
+    """POST it; log the attempt; return the error ("" when the receiver took it)."""
+    hook = WebhookEndpoint.objects.filter(merchant_id=notification.merchant_id).first()
+    if hook is None or not hook.active:
+        return "the merchant's webhook was removed or switched off"
+    body = webhook_body(notification)
+    stamp = str(int(time.time()))
+    request = urllib.request.Request(
+        notification.recipient,
+        data=body,
+        method="POST",
+        headers={
+            "Content-Type": "application/json",
+            "User-Agent": "Deskhand-Webhook/1",
+            "X-Deskhand-Event": notification.event,
+            "X-Deskhand-Delivery": str(notification.id),
+            "X-Deskhand-Timestamp": stamp,
+            "X-Deskhand-Signature": signature(hook.secret, stamp, body),
+        },
+    )
+    started = time.monotonic()
+    status: int | None = None
+    error = ""
+    try:
+        with urllib.request.urlopen(request, timeout=WEBHOOK_TIMEOUT) as response:
+            status = response.status
+    except urllib.error.HTTPError as exc:
+        status, error = exc.code, f"HTTP {exc.code}"
+    except (urllib.error.URLError, OSError, ValueError) as exc:
+        error = f"{type(exc).__name__}: {exc}"
+    ok = status is not None and 200 <= status < 300
+    WebhookDelivery.objects.create(
+        notification=notification,
+        attempt=notification.attempts + 1,
+        status_code=status,
+        ok=ok,
+        error=error[:2000],
+        duration_ms=int((time.monotonic() - started) * 1000),
+    )
+    return "" if ok else (error or f"HTTP {status}")
+
+
+def _send(notification: Notification) -> str:
+    """Send it; the error in words, or "" if the receiver accepted it."""
+    if notification.transport == Transport.EMAIL:
+        _send_email(notification)
+        return ""
+    return _send_webhook(notification)
+
+
+def outbox_send_one(
+    pk: uuid.UUID, *, now: dt.datetime, checkpoint: Checkpoint = _nowhere
+) -> bool | None:
+    """Send one due row: ``True`` sent, ``False`` failed (retried later), ``None`` not due/claimed.
+
+    ``checkpoint(point, transport)`` is called at ``before_send`` and ``after_send`` (the
+    worker passes ``agent.faults.at``, where the SIGKILL tests install their crash points).
+    """
+    with transaction.atomic():
+        row = (
+            Notification.objects.select_for_update(skip_locked=True)
+            .filter(pk=pk, sent_at__isnull=True, next_attempt_at__lte=now)
+            .first()
+        )
+        if row is None:
+            return None
+        checkpoint("before_send", row.transport)
+        try:
+            with transaction.atomic():  # a savepoint: a crashing backend leaves the row usable
+                error = _send(row)
+        except Exception as exc:  # any failure is the receiver's: keep the row, retry later
+            error = f"{type(exc).__name__}: {exc}"
+        if error:
+            row.attempts += 1
+            row.last_error = error[:2000]
+            row.next_attempt_at = now + backoff(row.attempts)
+            row.save(update_fields=["attempts", "last_error", "next_attempt_at"])
+            log.warning("notification %s attempt %d failed: %s", row.pk, row.attempts, error)
+            return False
+        # Accepted by the receiver; a crash before this commit sends it again (same id).
+        checkpoint("after_send", row.transport)
+        row.attempts += 1
+        row.sent_at = timezone.now()
+        row.last_error = ""
+        row.save(update_fields=["attempts", "sent_at", "last_error"])
+    return True
+
+
+def outbox_send_due(
+    *, now: dt.datetime | None = None, limit: int = 100, checkpoint: Checkpoint = _nowhere
+) -> dict[str, int]:
+    """Send every notification due at ``now`` (oldest first); counts of sent and failed."""
+    now = now or timezone.now()
+    due = list(
+        Notification.objects.filter(sent_at__isnull=True, next_attempt_at__lte=now)
+        .order_by("next_attempt_at", "created_at")
+        .values_list("pk", flat=True)[:limit]
+    )
+    counts = {"sent": 0, "failed": 0}
+    for pk in due:
+        done = outbox_send_one(pk, now=now, checkpoint=checkpoint)
+        if done is True:
+            counts["sent"] += 1
+        elif done is False:
+            counts["failed"] += 1
+    return counts

@@ -1,0 +1,19 @@
+"""What every console page shows in its navigation: how many things wait for a person."""
+
+from __future__ import annotations
+
+from django.http import HttpRequest
+from django.utils.functional import SimpleLazyObject
+
+from deskhand.console.attention import attention_counts
+
+
+def attention(request: HttpRequest) -> dict[str, object]:
+    """The attention counters, for a page rendered under a merchant membership (else none)."""
+    membership = getattr(request, "membership", None)
+    if membership is None:
+        return {}
+    # Lazy: an htmx partial that never shows the navigation costs no query.
+    return {
+        "attention": SimpleLazyObject(lambda: attention_counts(merchant_id=membership.merchant_id))
+    }

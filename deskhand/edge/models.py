@@ -1,0 +1,29 @@
+"""Failed sign-ins, one row each, so the throttle holds across web processes and restarts."""
+
+from __future__ import annotations
+
+from django.db import models
+from django.utils import timezone
+
+
+class LoginFailure(models.Model):
+    """One wrong password for ``username`` from ``address``.
+
+    The failure that brings a pair to the limit within the window carries
+    ``locks_until``: until then every sign-in for that pair is refused (429)
+    without the password being checked. Rows older than the window are deleted.
+    """
+
+    username = models.CharField(max_length=254)
+    address = models.CharField(max_length=64)
+    at = models.DateTimeField(default=timezone.now)
+    locks_until = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        indexes = [
+            models.Index(fields=["username", "address", "at"], name="loginfailure_pair_at"),
+            models.Index(fields=["at"], name="loginfailure_at"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.username} from {self.address} at {self.at:%Y-%m-%d %H:%M:%S}"

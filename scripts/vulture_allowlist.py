@@ -1,0 +1,221 @@
+"""Names vulture cannot see used: Django, DBOS and pytest call them by name, or templates do.
+
+``make check`` runs ``vulture`` with this file among its paths (``[tool.vulture]`` in
+pyproject.toml); each name below counts as used wherever it is defined. Add a name
+only with the reason it is reached; anything else vulture reports is dead code to delete.
+Never imported or run.
+"""
+# ruff: noqa: B018, F821
+
+# --- Django discovers these by name -----------------------------------------------------
+_.AgentConfig  # apps.py: Django picks the AppConfig subclass of each app
+_.ApprovalsConfig
+_.FleetConfig
+_.DeskConfig
+_.ready  # AppConfig.ready
+_.default_auto_field  # AppConfig
+_.Command  # management commands: manage.py loads Command
+_.help
+_.requires_system_checks
+_.add_arguments
+_.handle
+_.Meta  # model and form Meta: ordering, constraints, indexes, verbose names
+_.ordering
+_.constraints
+_.indexes
+_.verbose_name
+_.verbose_name_plural
+_.urlpatterns  # URLconfs
+_.application  # asgi.py / wsgi.py, named in settings
+_.deskhand  # deskhand.desk.context_processors.deskhand, named in settings TEMPLATES
+_.migrate_system_schema  # called from agent/migrations/0003_dbos_schema.py (not scanned)
+
+# settings: read by Django through django.conf.settings
+_.DEBUG
+_.SECRET_KEY
+_.ALLOWED_HOSTS
+_.INSTALLED_APPS
+_.MIDDLEWARE
+_.ROOT_URLCONF
+_.WSGI_APPLICATION
+_.ASGI_APPLICATION
+_.TEMPLATES
+_.DEFAULT_AUTO_FIELD
+_.AUTH_PASSWORD_VALIDATORS
+_.LOGIN_URL
+_.LOGIN_REDIRECT_URL
+_.LOGOUT_REDIRECT_URL
+_.LANGUAGE_CODE
+_.TIME_ZONE
+_.USE_I18N
+_.USE_TZ
+_.STATIC_URL
+_.STATICFILES_DIRS
+_.SECURE_CSP
+_.X_FRAME_OPTIONS
+_.SECURE_CONTENT_TYPE_NOSNIFF
+_.SECURE_REFERRER_POLICY
+_.CSRF_COOKIE_SECURE
+_.SESSION_COOKIE_HTTPONLY
+_.LOGGING
+
+# admin: ModelAdmin / inline options and the callables list_display names as strings
+_.list_display
+_.list_filter
+_.search_fields
+_.list_select_related
+_.list_per_page
+_.show_full_result_count
+_.date_hierarchy
+_.readonly_fields
+_.inlines
+_.show_change_link
+_.can_delete
+_.max_num
+_.fk_name
+_.site_header
+_.site_title
+_.index_title
+_.run_link
+_.root_run_link
+_.ledger_link
+_.ticket_link
+_.order_link
+_.approval_link
+_.args_hash_short
+_.related
+
+# auth views and forms
+_.username  # the login form's field
+_.clean_username  # Form.clean_<field>
+_.form_class
+_.template_name
+_.redirect_authenticated_user
+
+# model fields and choices that only the ORM, a migration or a stored value reaches
+_.started_by
+_.application_version
+_.undone_by
+_.root_run
+_.sent_at
+_.cancel_ledger_entry_id
+_.END_TURN  # StopReason members: bounds write these values as strings
+_.STEP_CAP
+_.TOKEN_CAP
+_.SPEND_CAP
+_.DEADLINE
+_.MERCHANT_DAILY_SPEND
+_.PLATFORM_DAILY_SPEND
+_.LOOP_DETECTED
+_.APPROVAL_EXPIRED
+_.APPROVAL_MISMATCH
+_.LEDGER_MISMATCH
+_.MODEL_REFUSAL
+_.RESOLVED  # TicketStatus members
+_.ESCALATED
+
+# --- templates read these (templates/console/*.html) --------------------------------------
+_.time_bar
+_.cost_bar
+_.dom_id
+_.waited_s
+_.model_bar
+_.tool_bar
+_.wall
+_.headline
+_.has_more
+_.exceeds_remaining
+_.expires_in
+_.hash_short
+_.refund_count
+_.over_spend
+_.over_refunds
+
+# --- standard library hooks ------------------------------------------------------------
+_.do_POST  # http.server handlers (test doubles of the Anthropic API)
+_.log_message
+
+# --- test doubles ------------------------------------------------------------------------
+_.idempotency_key  # tests/console/conftest.py: the fake DBOSClient.send keeps the real signature
+_._get_ticket  # tests/providers/world.py dispatches tool calls to getattr(self, f"_{name}")
+_._get_order
+_._get_customer
+_._search_kb
+_._issue_refund
+_._send_customer_email
+_._cancel_order
+_._add_internal_note
+_._set_ticket_status
+
+# --- pytest: fixtures are requested by parameter name -------------------------------------
+_.pytestmark
+_.pytest_plugins
+_.__test__
+_.seeded
+_.tseeded
+_.transactional_db
+_.django_db_setup
+_.dbos_executor
+_.quiet_sends
+_.no_executor
+
+# --- kept on purpose -------------------------------------------------------------------
+_.refund_precheck  # agent/bounds.py: the Claude issue wires it in before the gate
+
+# --- added with the console/edge apps, the Messages-API double and the payloads ---------
+_.ConsoleConfig  # apps.py: Django picks the AppConfig subclass of each app
+_.EdgeConfig
+_.DevtoolsConfig
+_.refuse_malformed  # middleware, named in settings.MIDDLEWARE
+_.DatabaseUnavailableMiddleware
+_.process_exception  # Django middleware hook
+_.handler500  # urls.py: Django reads it by name
+_.locks_until  # edge.LoginFailure column, read in SQL by the throttle
+_.sender  # signal receivers take it by keyword
+_._called_from_command_line  # BaseCommand attribute the CLI base sets for Django
+_.reused  # step payload fields: written from the gate's dicts, shown in the audit trail
+_.mismatch
+_.approved_hash
+_.PASSWORD_HASHERS  # settings fixture attribute (pytest-django)
+_._out  # OutputWrapper attribute the CLI tests swap
+_.protocol_version  # http.server: BaseHTTPRequestHandler reads these by name
+_.do_GET
+_.close_connection
+_.daemon_threads
+_.handle_error
+_.fast_passwords  # pytest fixtures requested by name
+_.quiet_requests
+_.no_key
+_.executor_stopped
+
+# --- added with approve-with-changes, the merchant policy and the notification outbox -----
+_.executes_hash  # step payload field: written from the gate's dict, shown in the audit trail
+_.decided_how  # admin list_display column, named as a string
+_.created_by  # ApprovalPolicy column: who wrote the rule (the consent check reads it)
+_.duration_ms  # WebhookDelivery column: the delivery log the admin shows
+_.MAILERS  # settings Django's mail framework reads by name
+_.DEFAULT_FROM_EMAIL
+_.RefusingBackend  # a mail backend named in a test's MAILERS setting
+_.send_messages  # the mail backend protocol
+_.handle_DATA  # aiosmtpd handler hook, called by name
+# --- added with effects outside the database (agent/effects, issue 16) -----------------
+_.effect_state  # step payload field: written from settle's dict, shown in the audit trail
+_.SMTP  # Merchant.mail_adapter choice, chosen in the admin or a shell
+_.mechanism  # aiosmtpd's authenticator signature
+# --- privacy (issue 17) ----------------------------------------------------------------
+_.removed  # RedactionView: read by templates/console/run.html
+_.erased_at  # Customer column: read by the run page, written by deskhand.desk.erasure
+# --- the fleet ------------------------------------------------------------------------
+_.stopped_at  # fleet.Worker: written by the lease's SQL on a clean stop, read in the admin/psql
+_.__class__  # dbos_internals.install_queue_kick swaps DBOS's queue stop event's class in place
+
+# --- added with the attention queue and the readable audit desk -------------------------------
+_.step_cost  # admin inline column, named as a string in StepInline.fields
+_.daily_spend_cap  # admin list_display columns, named as strings
+_.daily_refund_ceiling
+_.run_refund_ceiling
+# --- rough edges (issue 14) ----------------------------------------------------------------
+_.pytest_sessionstart  # pytest hooks, called by name (tests/conftest.py: the tree stays clean)
+_.pytest_sessionfinish
+_.exitstatus
+_.redirect_request  # urllib's HTTPRedirectHandler hook (the throttle test follows no redirect)

@@ -1,0 +1,170 @@
+"""The DBOS internals ``deskhand/dbos_internals.py`` relies on are the ones we read.
+
+An upgrade of ``dbos`` that changes any of them fails here, by name, before it ships:
+re-read ``deskhand/dbos_internals.py`` and the function in the new release, fix what
+changed, then update the pin below. Behaviour tests follow, so a pin that still matches
+also still works.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import inspect
+import time
+from importlib.metadata import version
+
+import pytest
+from django.db import connection
+
+from agent.models import Run
+from deskhand import dbos_internals
+from tests.durability.helpers import decide, start
+from tests.fixtures.dbos import wait_parked, wait_terminal
+
+DBOS_VERSION = "3.4.0"
+
+# sha256 (first 16 hex digits) of each internal's source in dbos 3.4.0.
+PINNED = {
+    "DBOS._recover_pending_workflows": "0c94d17fa1bcb61d",
+    "dbos._recovery.recover_pending_workflows": "9f2a97ad0756a741",
+    "dbos._recovery._recover_workflow": "ebfc6ed4df454172",
+    "SystemDatabase.reenqueue_for_recovery": "ac0bc1c45d8c36e4",
+    "SystemDatabase.get_pending_workflows": "1bcd687dd6ff4ea7",
+    "SystemDatabase.recv_async": "4ad0d63930ac08d9",
+    "SystemDatabase._event_recheck_interval": "453a577302003a1b",
+    "ThreadSafeEventDict.snapshot": "d003cf6ea6d8d33e",
+    "KeySignal.set": "ae0ab7dc083a747f",
+    "dbos._queue.queue_thread": "e54ec9c69e992899",
+    "dbos._queue.queue_worker_thread": "c0b22c3a946ff0c7",
+    "ActiveWorkflowById.activeList": "7c8e2a3f763bffad",
+}
+
+
+def _internals() -> dict[str, object]:
+    from dbos import _queue, _recovery
+    from dbos._core import ActiveWorkflowById
+    from dbos._dbos import DBOS
+    from dbos._sys_db import KeySignal, SystemDatabase, ThreadSafeEventDict
+
+    return {
+        "DBOS._recover_pending_workflows": DBOS._recover_pending_workflows,
+        "dbos._recovery.recover_pending_workflows": _recovery.recover_pending_workflows,
+        "dbos._recovery._recover_workflow": _recovery._recover_workflow,
+        "SystemDatabase.reenqueue_for_recovery": SystemDatabase.reenqueue_for_recovery,
+        "SystemDatabase.get_pending_workflows": SystemDatabase.get_pending_workflows,
+        "SystemDatabase.recv_async": SystemDatabase.recv_async,
+        "SystemDatabase._event_recheck_interval": SystemDatabase._event_recheck_interval,
+        "ThreadSafeEventDict.snapshot": ThreadSafeEventDict.snapshot,
+        "KeySignal.set": KeySignal.set,
+        "dbos._queue.queue_thread": _queue.queue_thread,
+        "dbos._queue.queue_worker_thread": _queue.queue_worker_thread,
+        "ActiveWorkflowById.activeList": ActiveWorkflowById.activeList,
+    }
+
+
+def test_dbos_is_the_pinned_version():
+    assert version("dbos") == DBOS_VERSION, (
+        f"dbos {version('dbos')} is installed, but deskhand/dbos_internals.py was written against"
+        f" {DBOS_VERSION}: re-read it against the new release and update the pins in this file."
+    )
+
+
+@pytest.mark.parametrize("name", sorted(PINNED))
+def test_a_dbos_internal_we_rely_on_is_unchanged(name):
+    source = inspect.getsource(_internals()[name])  # type: ignore[arg-type]
+    digest = hashlib.sha256(source.encode()).hexdigest()[:16]
+    assert digest == PINNED[name], (
+        f"DBOS's private {name} changed in this dbos release. deskhand/dbos_internals.py relies on"
+        " it (dead-worker takeover, the parked-run sweep): re-read both, fix what no longer"
+        f" holds, then pin {digest}."
+    )
+
+
+def test_the_recovery_entry_point_takes_executor_ids_and_the_recheck_is_a_minute():
+    from dbos._dbos import DBOS
+    from dbos._sys_db import SystemDatabase
+
+    params = inspect.signature(DBOS._recover_pending_workflows).parameters
+    assert list(params) == ["executor_ids"], list(params)
+    assert SystemDatabase._notification_fallback_polling_interval == 60.0
+
+
+def test_the_workflow_columns_moved_by_hand_exist(transactional_db):
+    with connection.cursor() as cur:
+        cur.execute(
+            "SELECT column_name FROM information_schema.columns"
+            " WHERE table_schema = 'dbos' AND table_name = 'workflow_status'"
+        )
+        columns = {r[0] for r in cur.fetchall()}
+    wanted = {
+        "workflow_uuid",
+        "name",
+        "status",
+        "executor_id",
+        "application_version",
+        "owner_xid",
+        "started_at_epoch_ms",
+        "updated_at",
+        "queue_name",
+    }
+    assert wanted <= columns, f"dbos.workflow_status lost {sorted(wanted - columns)}"
+
+
+def test_a_decision_whose_notify_was_lost_is_delivered_by_the_worker_sweep(dbos_executor):
+    assert dbos_internals.recv_recheck_seconds() >= 3600  # the per-run timer is stretched
+    run = start("NW-1", "owner@northwind.test")
+    wait_parked(str(run.pk))
+    end = time.monotonic() + 10  # parked: the gate's row is written just before the recv starts
+    while dbos_internals.waiting_recvs() < 1 and time.monotonic() < end:
+        time.sleep(0.05)
+    assert dbos_internals.waiting_recvs() == 1
+    with connection.cursor() as cur:  # the NOTIFY is lost, as when the listener reconnects
+        cur.execute("ALTER TABLE dbos.notifications DISABLE TRIGGER dbos_notifications_trigger")
+    try:
+        decide(run, "owner@northwind.test")
+    finally:
+        with connection.cursor() as cur:
+            cur.execute("ALTER TABLE dbos.notifications ENABLE TRIGGER dbos_notifications_trigger")
+    time.sleep(1.5)
+    assert Run.objects.get(pk=run.pk).status == "awaiting_approval"  # nobody woke it
+    assert dbos_internals.sweep_waiting_recvs() == 1
+    assert wait_terminal(str(run.pk), 30).status == "succeeded"
+
+
+def test_a_kick_wakes_the_queue_threads_without_stopping_them(dbos_executor):
+    from deskhand import dbos_internals
+
+    event = dbos_internals.install_queue_kick()
+    assert isinstance(event, dbos_internals.KickableEvent)  # found and made kickable
+    for _ in range(5):
+        event.kick()
+    time.sleep(0.3)
+    assert not event.is_set()
+    run = start("NW-2", "owner@northwind.test")  # the queue threads are still there
+    assert wait_terminal(str(run.pk), 60).status == "succeeded"
+
+
+def test_a_workflow_stranded_pending_under_its_own_live_executor_is_re_enqueued(dbos_executor):
+    """What chaos found: a run whose coroutine died while Postgres restarted stays PENDING
+    under a worker that is alive and well, and nothing else would ever resume it."""
+    from django.conf import settings
+
+    from tests.support import parked_fixture
+
+    run_id = parked_fixture.load(parked_fixture.read(), executor_id="pytest-inprocess")
+    with connection.cursor() as cur:  # on this version, under this live executor, not running
+        cur.execute(
+            "UPDATE dbos.workflow_status SET application_version = %s WHERE workflow_uuid = %s",
+            [settings.DESKHAND_APP_VERSION, run_id],
+        )
+    Run.objects.filter(pk=run_id).update(application_version=settings.DESKHAND_APP_VERSION)
+    version = settings.DESKHAND_APP_VERSION
+    assert dbos_internals.recover_own_stranded("pytest-inprocess", version, 0) == [run_id]
+    wait_parked(run_id)
+    end = time.monotonic() + 10
+    while dbos_internals.waiting_recvs() < 1 and time.monotonic() < end:
+        time.sleep(0.05)
+    # Running again in this process: not stranded, so a second pass leaves it alone.
+    assert dbos_internals.recover_own_stranded("pytest-inprocess", version, 0) == []
+    decide(Run.objects.get(pk=run_id), "owner@northwind.test")
+    assert wait_terminal(run_id, 60).status == "succeeded"

@@ -1,0 +1,183 @@
+"""Sign-in throttling that holds across web processes: failures are rows in Postgres."""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import http.cookiejar
+import re
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from django.db.models import F
+from django.test import Client, RequestFactory, override_settings
+
+from deskhand.edge.models import LoginFailure
+from deskhand.edge.throttle import client_address
+from tests.console.conftest import (
+    AUDITOR,
+    NW_AGENT,
+    NW_OWNER,
+    PASSWORD,
+    WebServer,
+    uvicorn_on_test_database,
+)
+
+COOLOFF = dt.timedelta(minutes=15)
+
+
+def post_login(c: Client, password: str, username: str = NW_OWNER, **extra: str) -> int:
+    return c.post(
+        "/accounts/login/", {"username": username, "password": password}, **extra
+    ).status_code
+
+
+def cool_off_passes() -> None:
+    """The clock moves on by the cool-off: every failure row is 15 minutes older."""
+    LoginFailure.objects.update(at=F("at") - COOLOFF, locks_until=F("locks_until") - COOLOFF)
+
+
+class Browser:
+    """One browser over real HTTP: its cookies, each form's CSRF token, no redirect followed.
+
+    Both web processes listen on 127.0.0.1, so the browser's cookies go to either, as
+    they would behind a load balancer that spreads one person's requests.
+    """
+
+    def __init__(self) -> None:
+        self.opener = urllib.request.build_opener(
+            urllib.request.HTTPCookieProcessor(http.cookiejar.CookieJar()), _NoRedirect()
+        )
+
+    def sign_in(self, server: WebServer, path: str, username: str, password: str) -> Answer:
+        url = f"{server.url}{path}"
+        with self.opener.open(url, timeout=30) as page:
+            form = page.read().decode()
+        token = re.search(r'name="csrfmiddlewaretoken" value="([^"]+)"', form)
+        assert token, form[:2000]
+        body = urllib.parse.urlencode(
+            {"username": username, "password": password, "csrfmiddlewaretoken": token[1]}
+        ).encode()
+        try:
+            with self.opener.open(urllib.request.Request(url, data=body), timeout=60) as r:
+                return Answer(r.status, r.read().decode(), r.headers.get("Retry-After"))
+        except urllib.error.HTTPError as e:  # 302 (not followed), 429
+            return Answer(e.code, e.read().decode(), e.headers.get("Retry-After"))
+
+
+class _NoRedirect(urllib.request.HTTPRedirectHandler):
+    def redirect_request(self, *args: Any, **kwargs: Any) -> None:
+        return None
+
+
+@dataclasses.dataclass
+class Answer:
+    status: int
+    body: str
+    retry_after: str | None
+
+
+@pytest.fixture
+def two_web_processes(tseeded) -> Iterator[tuple[WebServer, WebServer]]:
+    """Two uvicorn processes on the test database, each with its own memory and connections."""
+    with (
+        uvicorn_on_test_database("test-web-a.log") as a,
+        uvicorn_on_test_database("test-web-b.log") as b,
+    ):
+        assert a.proc.pid != b.proc.pid
+        yield a, b
+
+
+@pytest.mark.parametrize(
+    ("path", "username"), [("/accounts/login/", NW_OWNER), ("/admin/login/", AUDITOR)]
+)
+def test_the_eleventh_attempt_spread_over_two_web_processes_is_429_in_both_until_the_cool_off(
+    two_web_processes, path, username
+):
+    a, b = two_web_processes
+    browser = Browser()
+    # Ten wrong passwords, alternating between the processes: each is refused with the form.
+    for i in range(10):
+        wrong = browser.sign_in((a, b)[i % 2], path, username, "wrong")
+        assert wrong.status == 200, (i, wrong.body[-500:])
+
+    # The eleventh attempt is 429 from either process, though the password is right.
+    for server in (a, b):
+        blocked = browser.sign_in(server, path, username, PASSWORD)
+        assert blocked.status == 429, (server.url, blocked.status, server.log())
+        assert "Too many failed sign-in attempts" in blocked.body
+        assert blocked.retry_after and 0 < int(blocked.retry_after) <= COOLOFF.total_seconds()
+    # The lock is on the pair, not the page: the other sign-in form refuses it too.
+    other = "/admin/login/" if path == "/accounts/login/" else "/accounts/login/"
+    assert browser.sign_in(b, other, username, PASSWORD).status == 429
+    # Another name from the same address is not locked.
+    assert browser.sign_in(a, path, NW_AGENT, "wrong").status == 200
+
+    cool_off_passes()
+    signed_in = browser.sign_in(b, path, username, PASSWORD)
+    assert signed_in.status == 302, signed_in.body[-500:]  # a right password signs in after it
+
+
+def test_the_admin_login_is_throttled_by_the_same_count(seeded, fast_passwords):
+    c = Client()
+    for _ in range(10):
+        r = c.post("/admin/login/", {"username": AUDITOR, "password": "wrong"})
+        assert r.status_code == 200
+    blocked = c.post("/admin/login/", {"username": AUDITOR, "password": PASSWORD})
+    assert blocked.status_code == 429
+    assert "Too many failed sign-in attempts" in blocked.content.decode()
+    # The console's sign-in shares the lock: the pair is locked, not the page.
+    assert post_login(c, PASSWORD, username=AUDITOR) == 429
+    cool_off_passes()
+    done = c.post("/admin/login/", {"username": AUDITOR, "password": PASSWORD})
+    assert done.status_code == 302 and c.get("/admin/").status_code == 200
+
+
+def test_failures_in_the_console_and_the_admin_add_up(seeded, fast_passwords):
+    c = Client()
+    for _ in range(5):
+        assert post_login(c, "wrong") == 200
+        assert c.post("/admin/login/", {"username": NW_OWNER, "password": "x"}).status_code == 200
+    assert post_login(c, PASSWORD) == 429
+
+
+def test_x_forwarded_for_is_ignored_without_a_trusted_proxy(seeded, fast_passwords):
+    c = Client()
+    for i in range(10):  # a client cannot dodge the count by making up a new address each time
+        assert post_login(c, "wrong", HTTP_X_FORWARDED_FOR=f"198.51.100.{i}") == 200
+    assert post_login(c, PASSWORD, HTTP_X_FORWARDED_FOR="198.51.100.99") == 429
+    assert set(LoginFailure.objects.values_list("address", flat=True)) == {"127.0.0.1"}
+
+
+@override_settings(DESKHAND_TRUSTED_PROXIES=["127.0.0.1"])
+def test_behind_a_trusted_proxy_the_forwarded_client_is_counted(seeded, fast_passwords):
+    c = Client()  # REMOTE_ADDR 127.0.0.1: the proxy
+    for _ in range(10):
+        assert post_login(c, "wrong", HTTP_X_FORWARDED_FOR="203.0.113.5") == 200
+    assert post_login(c, PASSWORD, HTTP_X_FORWARDED_FOR="203.0.113.5") == 429
+    # A client that prepends a made-up hop is still who the proxy saw.
+    assert post_login(c, PASSWORD, HTTP_X_FORWARDED_FOR="192.0.2.1, 203.0.113.5") == 429
+    # Someone else behind the same proxy is not locked out.
+    assert post_login(c, PASSWORD, HTTP_X_FORWARDED_FOR="203.0.113.6") == 302
+
+
+@pytest.mark.parametrize(
+    ("trusted", "remote", "forwarded", "expected"),
+    [
+        ([], "10.0.0.2", "203.0.113.5", "10.0.0.2"),
+        (["10.0.0.0/8"], "10.0.0.2", "203.0.113.5", "203.0.113.5"),
+        (["10.0.0.0/8"], "10.0.0.2", "198.51.100.7, 203.0.113.5, 10.0.0.9", "203.0.113.5"),
+        (["10.0.0.0/8"], "192.0.2.50", "203.0.113.5", "192.0.2.50"),  # not from the proxy
+        (["10.0.0.0/8"], "10.0.0.2", "", "10.0.0.2"),
+        (["10.0.0.0/8"], "10.0.0.2", "not-an-address", "10.0.0.2"),
+        (["10.0.0.0/8", "::1"], "::1", "2001:db8::5", "2001:db8::5"),
+    ],
+)
+def test_client_address(trusted, remote, forwarded, expected):
+    request = RequestFactory().get("/", REMOTE_ADDR=remote, HTTP_X_FORWARDED_FOR=forwarded)
+    with override_settings(DESKHAND_TRUSTED_PROXIES=trusted):
+        assert client_address(request) == expected

@@ -1,0 +1,467 @@
+"""A run parked at the approval gate, recorded on one commit and resurrected on another.
+
+``record`` (dev tooling, on the commit whose step sequence is to be pinned)::
+
+    .venv/bin/python -m tests.support.parked_fixture record tests/fixtures/parked/nw1_at_gate.json
+
+seeds the demo world in a throwaway test database, starts a run of NW-1 with the
+keyless scripted provider, lets the in-process DBOS executor work it until the
+workflow waits in ``DBOS.recv`` on its refund approval, stops the executor and
+dumps every row needed to resurrect that parked run: the workflow's rows in each
+``dbos`` table, and the Django rows that hang off the run (the run, its step log,
+its approval, its audit events). Foreign keys to seeded objects are stored by
+natural key (merchant slug, ticket/order reference, customer and user email),
+so ``load`` can remap them onto a freshly seeded world whose integer ids differ.
+UUIDs (run id = workflow id, approval id) are kept: checkpoint outputs name them.
+
+``load`` inserts those rows by column name (columns the current schema added
+get their model default or database default; columns it dropped are ignored),
+moves every recorded timestamp forward by the time since recording (so the
+approval, the run's deadline and DBOS's durable-sleep wake-up are as far away
+as they were when the run parked), and leaves the workflow ``PENDING`` under
+the given executor id, as an old worker that died would have left it.
+"""
+
+from __future__ import annotations
+
+import copy
+import datetime as dt
+import json
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[2]
+FIXTURE = ROOT / "tests" / "fixtures" / "parked" / "nw1_at_gate.json"
+FORMAT = 1
+TICKET = "NW-1"
+STARTED_BY = "owner@northwind.test"
+
+# How each seeded table is named by something that survives a re-seed.
+NATURAL_KEYS: dict[str, tuple[str, ...]] = {
+    "desk_merchant": ("slug",),
+    "desk_ticket": ("merchant_id", "reference"),
+    "desk_order": ("merchant_id", "reference"),
+    "desk_customer": ("merchant_id", "email"),
+    "desk_kbarticle": ("merchant_id", "slug"),
+    "auth_user": ("email",),
+}
+# DBOS keeps times as epoch milliseconds in integer columns with these names.
+_DBOS_TIME_COLUMN = re.compile(r"(_at|_epoch_ms|^retention_timestamp)$")
+_ISO = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?(\+00:00|Z)$")
+
+
+# --- Reading ------------------------------------------------------------------
+
+
+def read(path: Path = FIXTURE) -> dict[str, Any]:
+    return json.loads(path.read_text())
+
+
+def step_names(fixture: dict[str, Any]) -> list[str]:
+    """The recorded workflow's DBOS step function names, in function-id order."""
+    rows = sorted(fixture["dbos"]["operation_outputs"], key=lambda r: r["function_id"])
+    return [r["function_name"] for r in rows]
+
+
+def workflow_step_names(workflow_id: str) -> list[str]:
+    from django.db import connection
+
+    with connection.cursor() as cur:
+        cur.execute(
+            "SELECT function_name FROM dbos.operation_outputs WHERE workflow_uuid = %s"
+            " ORDER BY function_id",
+            [workflow_id],
+        )
+        return [r[0] for r in cur.fetchall()]
+
+
+def sequence_change(recorded: list[str], fresh: list[str]) -> str | None:
+    """None when ``fresh`` replays ``recorded``; otherwise a sentence saying where they part.
+
+    A fresh run that parts from the recorded one at a ``DBOS.patch-…`` marker is guarded:
+    old runs replay the old path (the patch returns False for them), new runs the new one.
+    """
+    if fresh == recorded:
+        return None
+    i = next(
+        (k for k, (a, b) in enumerate(zip(recorded, fresh, strict=False)) if a != b),
+        min(len(recorded), len(fresh)),
+    )
+    if i < len(fresh) and fresh[i].startswith("DBOS.patch-"):
+        return None
+    was = recorded[i] if i < len(recorded) else "(the end: the run was parked here)"
+    now = fresh[i] if i < len(fresh) else "(the end: the fresh run parked earlier)"
+    return (
+        "the workflow's step sequence changed; guard it with DBOS.patch or ship a new "
+        f"application version, see docs/deploys.md (step {i + 1}: recorded {was!r}, "
+        f"now {now!r}; recorded {recorded}, now {fresh})"
+    )
+
+
+# --- Recording ----------------------------------------------------------------
+
+
+def _table_columns(cur: Any, schema: str, table: str) -> dict[str, dict[str, Any]]:
+    cur.execute(
+        "SELECT column_name, data_type, is_nullable, column_default, is_identity"
+        " FROM information_schema.columns WHERE table_schema = %s AND table_name = %s",
+        [schema, table],
+    )
+    return {
+        name: {
+            "type": typ,
+            "nullable": nullable == "YES",
+            # An identity column's values come from the database, like a default.
+            "default": "identity" if identity == "YES" else default,
+        }
+        for name, typ, nullable, default, identity in cur.fetchall()
+    }
+
+
+def _rows(cur: Any, sql: str, params: list[Any]) -> list[dict[str, Any]]:
+    cur.execute(f"SELECT row_to_json(t)::text FROM ({sql}) t", params)
+    return [json.loads(r[0]) for r in cur.fetchall()]
+
+
+def _natural(cur: Any, table: str, pk: Any) -> dict[str, Any]:
+    cols = NATURAL_KEYS[table]
+    cur.execute(f"SELECT {', '.join(cols)} FROM {table} WHERE id = %s", [pk])
+    values = cur.fetchone()
+    key: dict[str, Any] = {}
+    for col, value in zip(cols, values, strict=True):
+        key[col] = _natural(cur, "desk_merchant", value) if col == "merchant_id" else value
+    return {"$natural": table, "key": key}
+
+
+def _django_tables(run_id: str) -> list[tuple[Any, str]]:
+    """(model, fk column) for every model with rows that hang off the run, parents first."""
+    from django.apps import apps
+
+    from agent.models import Run
+
+    found: list[tuple[Any, str]] = [(Run, "id")]
+    for model in apps.get_models():
+        for f in model._meta.concrete_fields:
+            if f.is_relation and f.related_model is Run and model is not Run:
+                if model._default_manager.filter(**{f.attname: run_id}).exists():
+                    found.append((model, f.column))
+                break
+    # Parents before children among the recorded tables (an approval before what refers to it).
+    recorded = {m for m, _ in found}
+    ordered: list[tuple[Any, str]] = []
+    while found:
+        for item in found:
+            deps = {
+                f.related_model
+                for f in item[0]._meta.concrete_fields
+                if f.is_relation and f.related_model in recorded and f.related_model is not item[0]
+            }
+            if deps <= {m for m, _ in ordered}:
+                ordered.append(item)
+                found.remove(item)
+                break
+        else:  # pragma: no cover - a reference cycle between recorded tables
+            raise RuntimeError(f"cannot order {found}")
+    return ordered
+
+
+def dump(run_id: str) -> dict[str, Any]:
+    """Every row that makes up the parked run, with seeded foreign keys by natural key."""
+    from django.db import connection
+
+    with connection.cursor() as cur:
+        dbos: dict[str, list[dict[str, Any]]] = {}
+        cur.execute(
+            "SELECT table_name, column_name FROM information_schema.columns"
+            " WHERE table_schema = 'dbos'"
+            " AND column_name IN ('workflow_uuid', 'destination_uuid', 'workflow_id')"
+            " ORDER BY table_name"
+        )
+        for table, col in cur.fetchall():
+            rows = _rows(cur, f'SELECT * FROM dbos."{table}" WHERE "{col}" = %s', [run_id])
+            if rows:
+                dbos[table] = rows
+        django: list[dict[str, Any]] = []
+        recorded_tables = {m._meta.db_table for m, _ in _django_tables(run_id)}
+        for model, col in _django_tables(run_id):
+            table = model._meta.db_table
+            rows = _rows(cur, f'SELECT * FROM "{table}" WHERE "{col}" = %s ORDER BY 1', [run_id])
+            auto_pk = model._meta.pk.get_internal_type() in ("AutoField", "BigAutoField")
+            for row in rows:
+                if auto_pk:
+                    del row[model._meta.pk.column]  # re-assigned on load; nothing refers to it
+                for f in model._meta.concrete_fields:
+                    if not f.is_relation or row.get(f.column) is None:
+                        continue
+                    target = f.related_model._meta.db_table
+                    if target in NATURAL_KEYS:
+                        row[f.column] = _natural(cur, target, row[f.column])
+                    elif target not in recorded_tables or (
+                        target == table and auto_pk
+                    ):  # pragma: no cover - would need remapping the loader does not do
+                        raise RuntimeError(f"{table}.{f.column} refers to {target}: not remappable")
+            django.append({"table": table, "rows": rows})
+    return {"dbos": dbos, "django": django}
+
+
+def _git(*args: str) -> str:
+    return subprocess.run(
+        ["git", *args], cwd=ROOT, capture_output=True, text=True, check=True
+    ).stdout.strip()
+
+
+def is_parked(run_id: str) -> bool:
+    from django.db import connection
+
+    from agent.models import Run
+
+    run = Run.objects.get(pk=run_id)
+    if run.status != "awaiting_approval" or not run.approvals.filter(status="pending").exists():
+        return False
+    with connection.cursor() as cur:
+        cur.execute("SELECT status FROM dbos.workflow_status WHERE workflow_uuid = %s", [run_id])
+        status = cur.fetchone()
+    names = workflow_step_names(run_id)
+    # In DBOS.recv: its durable sleep (the wake-up time) is the last checkpoint written.
+    return bool(status and status[0] == "PENDING" and names and names[-1] == "DBOS.sleep")
+
+
+def record(out: Path) -> dict[str, Any]:
+    """Park NW-1 at its refund gate on this commit's code and write the fixture to ``out``."""
+    import os
+
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "deskhand.settings")
+    os.environ["ANTHROPIC_API_KEY"] = ""  # the keyless scripted provider, whatever the shell has
+    import django
+
+    django.setup()
+    from django.conf import settings
+    from django.core.management import call_command
+    from django.db import connections
+    from django.test.utils import setup_databases, teardown_databases
+
+    connections["default"].settings_dict["TEST"]["NAME"] = "test_deskhand_parked_record"
+    old = setup_databases(verbosity=0, interactive=False)
+    try:
+        from agent.services import run_start
+        from deskhand.dbos_client import close_clients
+        from deskhand.desk.models import Ticket
+        from tests.durability.helpers import user
+        from tests.fixtures.dbos import (
+            empty_dbos_schema,
+            ensure_in_process_executor,
+            stop_in_process_executor,
+        )
+
+        call_command("seed", "--reset", verbosity=0)
+        empty_dbos_schema()
+        ensure_in_process_executor()
+        try:
+            run = run_start(
+                ticket=Ticket.objects.get(reference=TICKET), user=user(STARTED_BY), channel="cli"
+            )
+            assert run.provider == "scripted", run.provider
+            run_id = str(run.id)
+            end = time.monotonic() + 60
+            while not is_parked(run_id):
+                if time.monotonic() > end:
+                    raise RuntimeError(f"run {run_id} did not park: {workflow_step_names(run_id)}")
+                time.sleep(0.1)
+        finally:
+            stop_in_process_executor()
+        recorded_at = time.time()
+        rows = dump(run_id)
+        from importlib.metadata import version
+
+        dirty = _git("status", "--porcelain", "--", "agent", "approvals", "deskhand")
+        fixture = {
+            "about": (
+                f"NW-1 parked at its refund approval, recorded by tests/support/parked_fixture.py "
+                f"on commit {_git('rev-parse', '--short', 'HEAD')}"
+                f"{' (with uncommitted product changes)' if dirty else ''}, application version "
+                f"{settings.DESKHAND_APP_VERSION}. Re-record: .venv/bin/python -m "
+                f"tests.support.parked_fixture record tests/fixtures/parked/nw1_at_gate.json "
+                f"(see docs/deploys.md before you do)."
+            ),
+            "format": FORMAT,
+            "commit": _git("rev-parse", "HEAD"),
+            "application_version": settings.DESKHAND_APP_VERSION,
+            "dbos_version": version("dbos"),
+            "recorded_at": dt.datetime.fromtimestamp(recorded_at, dt.UTC).isoformat(),
+            "recorded_at_epoch_ms": int(recorded_at * 1000),
+            "workflow_id": run_id,
+            "ticket": TICKET,
+            "step_names": [],
+            **rows,
+        }
+        fixture["step_names"] = step_names(fixture)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(json.dumps(fixture, indent=1, sort_keys=False) + "\n")
+        close_clients()
+        return fixture
+    finally:
+        connections.close_all()
+        teardown_databases(old, verbosity=0)
+
+
+# --- Loading ------------------------------------------------------------------
+
+
+def _shift_value(value: Any, delta_ms: int) -> Any:
+    """Recorded ISO-8601 UTC timestamps, anywhere in a JSON value, moved on by ``delta_ms``."""
+    if isinstance(value, str) and _ISO.match(value):
+        moved = dt.datetime.fromisoformat(value) + dt.timedelta(milliseconds=delta_ms)
+        return (
+            moved.isoformat().replace("+00:00", "Z") if value.endswith("Z") else moved.isoformat()
+        )
+    if isinstance(value, dict):
+        return {k: _shift_value(v, delta_ms) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_shift_value(v, delta_ms) for v in value]
+    return value
+
+
+def _shift_checkpoint(row: dict[str, Any], delta_ms: int) -> dict[str, Any]:
+    """A DBOS output column: durable-sleep wake-ups (epoch seconds) and ISO times move on."""
+    text = row.get("output")
+    if not text or row.get("serialization") not in (None, "portable_json"):
+        return row
+    value = json.loads(text)
+    if row.get("function_name") == "DBOS.sleep" and isinstance(value, int | float):
+        value = value + delta_ms / 1000
+    else:
+        value = _shift_value(value, delta_ms)
+    return {**row, "output": json.dumps(value, separators=(",", ":"))}
+
+
+def _resolve(cur: Any, ref: dict[str, Any]) -> Any:
+    table, key = ref["$natural"], ref["key"]
+    where, params = [], []
+    for col, value in key.items():
+        where.append(f'"{col}" = %s')
+        params.append(_resolve(cur, value) if isinstance(value, dict) else value)
+    cur.execute(f'SELECT id FROM "{table}" WHERE {" AND ".join(where)}', params)
+    found = cur.fetchall()
+    if len(found) != 1:
+        raise LookupError(f"{table} {key}: {len(found)} rows in the seeded world, expected 1")
+    return found[0][0]
+
+
+def _insert(cur: Any, schema: str, table: str, row: dict[str, Any]) -> None:
+    """Insert by column name: Postgres casts each JSON value to the column's current type."""
+    cols = [c for c in row if c in _table_columns(cur, schema, table)]
+    qualified = f'"{schema}"."{table}"'
+    names = ", ".join(f'"{c}"' for c in cols)
+    cur.execute(
+        f"INSERT INTO {qualified} ({names}) SELECT {names}"
+        f" FROM json_populate_record(NULL::{qualified}, %s::json)",
+        [json.dumps({c: row[c] for c in cols})],
+    )
+
+
+def _model_defaults(table: str, row: dict[str, Any], columns: dict[str, dict[str, Any]]) -> None:
+    """Columns the current schema added, NOT NULL with no database default: the model's default."""
+    from django.apps import apps
+
+    model = next((m for m in apps.get_models() if m._meta.db_table == table), None)
+    if model is None:
+        return
+    for f in model._meta.concrete_fields:
+        col = columns.get(f.column)
+        if f.column in row or col is None or col["nullable"] or col["default"] is not None:
+            continue
+        value = f.get_default()
+        if isinstance(value, dt.datetime):
+            value = value.isoformat()
+        row[f.column] = value
+
+
+def shifted(fixture: dict[str, Any], delta_ms: int) -> dict[str, Any]:
+    """A copy of ``fixture`` with every recorded time moved by ``delta_ms``.
+
+    Django timestamp columns, DBOS's epoch-millisecond columns, and the times inside
+    checkpoint outputs (the approval's ``expires_at``, the loop's clock readings, the
+    durable sleep's wake-up) move together, so the parked run is as far from its
+    deadlines as it was when it was recorded.
+    """
+    from django.db import connection
+
+    out = copy.deepcopy(fixture)
+    out["recorded_at_epoch_ms"] = fixture["recorded_at_epoch_ms"] + delta_ms
+    with connection.cursor() as cur:
+        for block in out["django"]:
+            columns = _table_columns(cur, "public", block["table"])
+            for row in block["rows"]:
+                for col, value in row.items():
+                    if columns.get(col, {}).get("type") == "timestamp with time zone":
+                        row[col] = _shift_value(value, delta_ms)
+        for table, rows in out["dbos"].items():
+            columns = _table_columns(cur, "dbos", table)
+            for i, row in enumerate(rows):
+                for col, value in row.items():
+                    if (
+                        value is not None
+                        and _DBOS_TIME_COLUMN.search(col)
+                        and columns.get(col, {}).get("type") == "bigint"
+                    ):
+                        row[col] = value + delta_ms
+                if table == "operation_outputs":
+                    rows[i] = _shift_checkpoint(row, delta_ms)
+    return out
+
+
+def aged(fixture: dict[str, Any], days: float) -> dict[str, Any]:
+    """The fixture as if it had been recorded ``days`` earlier."""
+    return shifted(fixture, -int(days * 86_400_000))
+
+
+def load(fixture: dict[str, Any], *, executor_id: str) -> str:
+    """Resurrect the parked run in this (freshly seeded) database; returns the workflow id.
+
+    The workflow is left ``PENDING`` under ``executor_id`` and the recorded application
+    version: launching an executor with that id and version recovers it.
+    """
+    from django.db import connection, transaction
+
+    data = shifted(fixture, int(time.time() * 1000) - fixture["recorded_at_epoch_ms"])
+    with transaction.atomic(), connection.cursor() as cur:
+        for block in data["django"]:
+            table = block["table"]
+            columns = _table_columns(cur, "public", table)
+            for recorded in block["rows"]:
+                row = {
+                    col: _resolve(cur, value)
+                    if isinstance(value, dict) and "$natural" in value
+                    else value
+                    for col, value in recorded.items()
+                }
+                _model_defaults(table, row, columns)
+                _insert(cur, "public", table, row)
+        # The status row first: the others refer to it.
+        for table in sorted(data["dbos"], key=lambda t: t != "workflow_status"):
+            for row in data["dbos"][table]:
+                if table == "workflow_status":
+                    # As a worker that died left it: PENDING, owned by an executor that is gone.
+                    row = {**row, "status": "PENDING", "executor_id": executor_id}
+                    row["owner_xid"] = None
+                _insert(cur, "dbos", table, row)
+    return str(fixture["workflow_id"])
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) != 2 or argv[0] != "record":
+        print("usage: python -m tests.support.parked_fixture record OUT.json", file=sys.stderr)
+        return 2
+    sys.path.insert(0, str(ROOT))
+    fixture = record(Path(argv[1]))
+    print(f"recorded run {fixture['workflow_id']}: {len(fixture['step_names'])} DBOS steps")
+    print(" ".join(fixture["step_names"]))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))
