@@ -141,6 +141,34 @@ def unrunnable(call: Mapping[str, Any], content: list[dict[str, Any]], stop_reas
     return ""
 
 
+def with_guidance(
+    messages: list[Message], notes: Iterable[Mapping[str, Any] | payloads.Note], token: str
+) -> list[Message]:
+    """``messages`` with staff notes joined to the last user turn (or a new user turn after
+    an assistant turn), each fenced apart from anything a customer wrote.
+
+    A plain function because the model step applies it to the messages it sends (on runs
+    that take notes inside the step) and the loop applies it to its own conversation after:
+    both must come to the same messages.
+    """
+    blocks = [
+        {
+            "type": "text",
+            "text": GUIDANCE.format(author=author) + fence.wrap(body, token),
+        }
+        for author, body in (
+            (n.author, n.body) if isinstance(n, payloads.Note) else (n["author"], n["body"])
+            for n in notes
+        )
+    ]
+    if not blocks:
+        return messages
+    last = messages[-1]
+    if last["role"] == "user":
+        return [*messages[:-1], {**last, "content": [*last["content"], *blocks]}]
+    return [*messages, {"role": "user", "content": blocks}]
+
+
 class Conversation:
     """The messages one run's model is handed, and the only code that knows their shape."""
 
@@ -167,23 +195,7 @@ class Conversation:
 
     def guidance(self, notes: Iterable[Mapping[str, Any] | payloads.Note]) -> None:
         """Staff notes join the last user turn (or open one after an assistant turn)."""
-        blocks = [
-            {
-                "type": "text",
-                "text": GUIDANCE.format(author=author) + fence.wrap(body, self.token),
-            }
-            for author, body in (
-                (n.author, n.body) if isinstance(n, payloads.Note) else (n["author"], n["body"])
-                for n in notes
-            )
-        ]
-        if not blocks:
-            return
-        last = self.messages[-1]
-        if last["role"] == "user":
-            self.messages[-1] = {**last, "content": [*last["content"], *blocks]}
-        else:
-            self.messages.append({"role": "user", "content": blocks})
+        self.messages[:] = with_guidance(self.messages, notes, self.token)
 
     def reply(self, content: list[dict[str, Any]]) -> None:
         """The model's reply; after a ``pause_turn`` it continues the same assistant turn.

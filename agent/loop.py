@@ -28,7 +28,7 @@ from agent.runtime import Runtime
 from agent.steering import notes_record
 from agent.tools import REGISTRY, Risk
 from agent.tools.execute import execute_irreversible, execute_tool, ledger_lookup, validate_call
-from agent.turns import model_turn
+from agent.turns import model_turn, turn
 from deskhand.dbos_client import STEER_TOPIC
 
 
@@ -74,31 +74,44 @@ class Loop:
             return {"status": begin["status"]}
         self.token = begin["fence_token"]
         self.seq = begin["next_seq"]
-        # The fence token moved out of the system prompt into the opening turn, so every run
-        # shares one cached tools + system prefix. Runs already past this point keep the old way.
-        in_turn = await self.rt.patch("fence-in-opening-turn")
+        # One operation a turn: notes, bounds and the call in one step (agent.turns.turn). It
+        # implies every earlier patch, so a new run records one marker instead of four; a run
+        # recorded before it finds another checkpoint here and walks the older sequence.
+        self.one_step = await self.rt.patch("one-step-turns")
+        if self.one_step:
+            in_turn = self.unknown_stop_ends = self.limited_model = True
+        else:
+            # The fence token moved out of the system prompt into the opening turn, so every
+            # run shares one cached tools + system prefix.
+            in_turn = await self.rt.patch("fence-in-opening-turn")
+            # A stop reason the loop does not know ends the run (runs already past this
+            # point kept going on one: their histories replay as recorded).
+            self.unknown_stop_ends = await self.rt.patch("unknown-stop-reason-ends-run")
+            # Model calls go through the runtime's rate limit, and a wait the API names is
+            # slept durably between calls (runs already past this point call the plain step).
+            self.limited_model = await self.rt.patch("model-calls-rate-limited")
         self.system_token = "" if in_turn else self.token
-        # A stop reason the loop does not know ends the run (runs already past this point
-        # kept going on one: their histories replay as recorded).
-        self.unknown_stop_ends = await self.rt.patch("unknown-stop-reason-ends-run")
-        # Model calls go through the runtime's rate limit, and a wait the API names is slept
-        # durably between calls (runs already past this point call the plain step).
-        self.limited_model = await self.rt.patch("model-calls-rate-limited")
         conversation = self.conversation = Conversation(begin["prompt"], self.token, in_turn)
         try:
             while True:
-                # Staff guidance joins the last user turn (the prompt or tool results).
-                conversation.guidance(await self._staff_guidance())
-                hit = await self.rt.step("bounds.check", bounds_step, self.run_id)
+                reply: dict[str, Any] | None = None
+                if self.one_step:
+                    hit, reply = await self._turn()
+                else:
+                    # Staff guidance joins the last user turn (the prompt or tool results).
+                    conversation.guidance(await self._staff_guidance())
+                    hit = await self.rt.step("bounds.check", bounds_step, self.run_id)
                 if hit and hit.get("reason"):
                     raise Stop(RunStatus.EXHAUSTED, hit["reason"], hit["detail"])
                 # Older checkpoints of this step hold None: no per-call count then.
                 steps_left = hit.get("steps_left") if hit else None
-                seq = self._next_seq()
-                reply = await self._model(seq)
+                if reply is None:
+                    seq = self._next_seq()
+                    reply = await self._model(seq)
+                    if "provider_error" in reply:
+                        self.seq = seq
                 if "provider_error" in reply:
                     # No reply and no step row: the run's closing row takes the model's number.
-                    self.seq = seq
                     raise Stop(RunStatus.FAILED, StopReason.PROVIDER_ERROR, reply["provider_error"])
                 content, stop_reason = reply["content"], reply["stop_reason"]
                 text = "\n".join(
@@ -150,6 +163,33 @@ class Loop:
                     conversation.finish_briefly()
         except Stop as stop:
             return await self._finish(stop.status, stop.reason, stop.detail)
+
+    async def _turn(self) -> tuple[dict[str, Any], dict[str, Any] | None]:
+        """One turn as one step (agent.turns.turn): the bounds answer and the reply (``None``
+        when a bound was hit). The notes it took join this conversation exactly as they
+        joined the messages it sent; a wait the API names is slept here, durably, and the
+        turn asked again (its notes are already taken, so the new call finds only newer ones).
+        """
+        spent: dict[str, Any] = {"attempts": 0, "waited": 0.0}
+        while True:
+            out = await self.rt.limited_step(
+                "model",
+                turn,
+                self.run_id,
+                self.seq,
+                self.conversation.messages,
+                self.system_token,
+                self.token,
+                spent,
+            )
+            self.conversation.guidance(out["notes"])
+            self.seq = out["next_seq"]
+            reply: dict[str, Any] | None = out.get("reply")
+            if reply is None or "wait" not in reply:
+                return out["bounds"], reply
+            wait = reply["wait"]
+            spent = {"attempts": wait["attempts"], "waited": wait["waited"]}
+            await self.rt.sleep(wait["seconds"])
 
     async def _model(self, seq: int) -> dict[str, Any]:
         """One model turn's reply. On the rate-limited path the call waits its turn across

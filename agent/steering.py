@@ -8,7 +8,8 @@ from typing import Any
 from django.db import transaction
 from django.utils import timezone
 
-from agent.models import ACTIVE_STATUSES, Run, StepKind
+from agent import payloads
+from agent.models import ACTIVE_STATUSES, Run, Step, StepKind
 from agent.steplog import log_step
 from approvals.models import AuditEvent, Channel, StaffNote
 from deskhand import dbos_client
@@ -87,3 +88,46 @@ def notes_record(run_id: str, seq: int, messages: list[Any]) -> list[dict[str, A
         if out:
             log_step(run_id=run_id, seq=seq, kind=StepKind.NOTE, result={"notes": out})
     return out
+
+
+def _recorded_notes(run_id: str, seq: int) -> list[dict[str, Any]] | None:
+    """The notes a NOTE row at ``seq`` already handed over — this run's, or for a fork replaying
+    a turn before its fork point, the parent's (``None`` when there is no such row)."""
+    run = Run.objects.only("forked_from_id", "fork_step").get(pk=run_id)
+    while run.forked_from_id is not None and run.fork_step and seq < run.fork_step:
+        run = Run.objects.only("forked_from_id", "fork_step").get(pk=run.forked_from_id)
+    step = Step.objects.filter(run=run, seq=seq, kind=StepKind.NOTE).first()
+    if step is None:
+        return None
+    notes = payloads.read_as(step, payloads.NotePayload).notes
+    return [{"author": n.author, "body": n.body} for n in notes]
+
+
+def notes_take(run_id: str, seq: int) -> dict[str, Any]:
+    """Inside the model step: take the notes left since the last turn, recorded at ``seq``.
+
+    Runs that took the ``one-step-turns`` patch read notes from the ``StaffNote`` table here
+    instead of draining DBOS messages in the workflow (two operations a turn saved). A note
+    is taken once: it is stamped with the seq of the NOTE row that records it, in that row's
+    transaction. A re-executed step (a retry, a recovery, a fork re-asking the model from
+    this turn) finds the row at ``seq`` and hands over the same notes again, so the
+    conversation it sends is the one recorded. ``next_seq`` is where the model's row goes.
+    """
+    recorded = _recorded_notes(run_id, seq)
+    if recorded is not None:
+        return {"notes": recorded, "next_seq": seq + 1}
+    with transaction.atomic():
+        status = Run.objects.select_for_update().values_list("status", flat=True).get(pk=run_id)
+        if status not in ACTIVE_STATUSES:
+            return {"notes": [], "next_seq": seq}  # nobody will read them; bounds end the run
+        notes = list(
+            StaffNote.objects.select_for_update()
+            .filter(run_id=run_id, taken_seq__isnull=True)
+            .order_by("created_at", "pk")
+        )
+        if not notes:
+            return {"notes": [], "next_seq": seq}
+        out = [{"author": n.author_name, "body": n.body} for n in notes]
+        log_step(run_id=run_id, seq=seq, kind=StepKind.NOTE, result={"notes": out})
+        StaffNote.objects.filter(pk__in=[n.pk for n in notes]).update(taken_seq=seq)
+    return {"notes": out, "next_seq": seq + 1}

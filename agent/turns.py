@@ -35,12 +35,14 @@ from typing import Any
 from django.utils import timezone
 
 from agent import faults, prompt_versions
-from agent.conversation import messages_sha256, prompt_sha256
+from agent.bounds import bounds_step
+from agent.conversation import messages_sha256, prompt_sha256, with_guidance
 from agent.models import Run, StepKind
 from agent.payloads import ModelPayload
 from agent.prompts import system_prompt
 from agent.providers import provider_for_run
 from agent.providers.base import ProviderError, return_waits
+from agent.steering import notes_take
 from agent.steplog import log_step
 from agent.tools import api_schemas
 from agent.untrusted import ids_used, reply_content, storable
@@ -145,3 +147,40 @@ def _durable_wait(
         "attempts": attempts,
         "waited": waited + seconds,
     }
+
+
+def turn(
+    run_id: str,
+    seq: int,
+    messages: list[dict[str, Any]],
+    system_token: str,
+    fence_token: str,
+    spent: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """A whole model turn as one durable step: staff notes, the bounds check, the call.
+
+    Runs that took the ``one-step-turns`` patch make this one DBOS operation per turn where
+    the older sequence made four (a ``DBOS.recv`` and its ``DBOS.sleep`` to drain notes,
+    ``bounds.check``, ``model``). Each part is safe to run again: notes are taken once and a
+    re-execution gets the recorded ones back (``agent.steering.notes_take``), the bounds
+    check only reads, and the call is the model step as before. Notes join the messages
+    here exactly as the loop then joins them to its own conversation (``with_guidance``).
+
+    Output: ``notes`` taken, ``next_seq`` (where the loop's next row goes), ``bounds`` (a
+    hit ends the run before any call; else ``steps_left``) and, unless a bound was hit,
+    ``reply`` — the model step's own output (a reply, ``provider_error`` or ``wait``).
+    """
+    taken = notes_take(run_id, seq)
+    out: dict[str, Any] = {"notes": taken["notes"], "next_seq": taken["next_seq"]}
+    out["bounds"] = bounds_step(run_id)
+    if out["bounds"].get("reason"):
+        return out
+    sent = with_guidance(messages, taken["notes"], fence_token)
+    out["reply"] = model_turn(run_id, taken["next_seq"], sent, system_token, spent)
+    out["next_seq"] = taken["next_seq"] + (0 if "reply" in out and _no_row(out["reply"]) else 1)
+    return out
+
+
+def _no_row(reply: dict[str, Any]) -> bool:
+    """A call that wrote no step row (no reply, or a wait to sleep first)."""
+    return "provider_error" in reply or "wait" in reply

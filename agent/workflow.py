@@ -36,7 +36,7 @@ from agent import faults
 from agent.lifecycle import run_fail
 from agent.loop import run_agent
 from agent.runtime import current_step_id
-from agent.turns import model_turn
+from agent.turns import model_turn, turn
 from deskhand.dbos_client import LIMITED_CALL_NAME, WORKFLOW_NAME
 from deskhand.dbos_setup import kick_queues, model_queue
 from deskhand.fleet.lease import guard
@@ -116,9 +116,12 @@ def _provider_of(run_id: str) -> str:
         close_old_connections()
 
 
-# The steps ``limited_step`` may run as a child workflow, by name: a queued workflow gets
-# its arguments from the database, so it is handed a name, never a function.
-LIMITED_STEPS: dict[str, Callable[..., Any]] = {"model": model_turn}
+# The steps ``limited_step`` may run as a child workflow, by key: a queued workflow gets
+# its arguments from the database, so it is handed a key, never a function. The key is
+# not the checkpoint's name: both record a step named "model" (the whole turn, on runs
+# that took the ``one-step-turns`` patch; the call alone before it).
+LIMITED_STEPS: dict[str, Callable[..., Any]] = {"model": model_turn, "turn": turn}
+_STEP_NAME = {"turn": "model"}
 
 
 def _now() -> str:
@@ -167,13 +170,14 @@ class DBOSRuntime:
         ``DBOS.send``, so the output is exactly the plain step's. A provider
         with no limit (the scripted policy) runs the plain step.
         """
-        assert LIMITED_STEPS.get(name) is fn, f"{name} is not a limited step"
+        key = next((k for k, f in LIMITED_STEPS.items() if f is fn), None)
+        assert key is not None and _STEP_NAME.get(key, key) == name, f"{name} is not a limited step"
         if self._provider is None:
             self._provider = await asyncio.to_thread(_provider_of, self._run_id)
         queue = model_queue(self._provider)
         if queue is None:
             return await self.step(name, fn, *args)
-        handle = await DBOS.enqueue_workflow_async(queue, limited_call, name, *args)
+        handle = await DBOS.enqueue_workflow_async(queue, limited_call, key, *args)
         # This worker polls at once rather than at its next tick; the limiter still decides.
         kick_queues()
         # The child sends its output (LISTEN/NOTIFY wakes this recv, no thread held): DBOS's
@@ -210,7 +214,7 @@ class DBOSRuntime:
 
 
 @DBOS.workflow(name=LIMITED_CALL_NAME, max_recovery_attempts=10_000)
-async def limited_call(name: str, run_id: str, *args: Any) -> Any:
+async def limited_call(key: str, run_id: str, *args: Any) -> Any:
     """One rate-limited step of run ``run_id``, started by the queue's limiter (docs/rate-limits.md).
 
     Its own workflow (id ``<run id>-<n>``, DBOS's child id): a worker that dies while it
@@ -225,7 +229,8 @@ async def limited_call(name: str, run_id: str, *args: Any) -> Any:
     tail = child.removeprefix(f"{run_id}-")
     at = int(tail) if tail.isdigit() else None
     try:
-        out = await DBOSRuntime(run_id, at).step(name, LIMITED_STEPS[name], run_id, *args)
+        name = _STEP_NAME.get(key, key)
+        out = await DBOSRuntime(run_id, at).step(name, LIMITED_STEPS[key], run_id, *args)
     except Exception as exc:
         if type(exc).__name__ not in _CANCELLED:
             await DBOS.send_async(run_id, {"error": f"{type(exc).__name__}: {exc}"[:2000]}, topic)

@@ -211,6 +211,9 @@ class StaffNote(models.Model):
     created_at = models.DateTimeField(auto_now_add=True)
     # Set when DBOS accepted the send; the reconciler re-sends only notes without it.
     delivered_at = models.DateTimeField(null=True, blank=True)
+    # The step-log row (seq) that handed it to the model, on runs that read notes from this
+    # table inside their model step (agent.steering.notes_take); empty until then.
+    taken_seq = models.PositiveIntegerField(null=True, blank=True)
 
     def __str__(self) -> str:
         return f"note {self.pk} on run {self.run_id}"

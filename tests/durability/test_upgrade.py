@@ -284,7 +284,7 @@ def test_the_parked_run_keeps_the_plain_model_step_and_a_fresh_run_takes_the_rat
     fresh = str(start(fixture["ticket"], parked_fixture.STARTED_BY).id)
     wait_for_run(fresh, lambda r: parked_fixture.is_parked(str(r.pk)))
     names = parked_fixture.workflow_step_names(fresh)
-    assert "DBOS.patch-model-calls-rate-limited" in names and "model" not in names
+    assert "DBOS.patch-one-step-turns" in names and "model" not in names
     assert names.count("deskhand.limited_call") >= 1 and "DBOS.getResult" not in names
     assert parked_fixture.sequence_change(fixture["step_names"], names) is None
     with connection.cursor() as cur:
@@ -294,3 +294,44 @@ def test_the_parked_run_keeps_the_plain_model_step_and_a_fresh_run_takes_the_rat
             [fresh],
         )
         assert cur.fetchall() == [("model-scripted",)]
+
+
+def test_a_run_parked_before_one_step_turns_keeps_its_four_operation_turns_and_finishes(
+    executor_stopped, model_calls
+):
+    """``one-step-turns`` (docs/deploys.md): NW-1 parked by the release before it — three
+    patch markers, then a notes drain, ``bounds.check`` and ``model`` per turn — replays
+    that sequence, finishes with one refund, and asks the model only for turns after the gate."""
+    fixture = parked_fixture.read(
+        parked_fixture.FIXTURE.with_name("nw1_at_gate_three_patches.json")
+    )
+    assert fixture["step_names"][1:4] == [
+        "DBOS.patch-fence-in-opening-turn",
+        "DBOS.patch-unknown-stop-reason-ends-run",
+        "DBOS.patch-model-calls-rate-limited",
+    ]
+    run_id = parked_fixture.load(parked_fixture.aged(fixture, 2), executor_id=IN_PROCESS_EXECUTOR)
+    recorded = _checkpoints(run_id)
+    if fixture["application_version"] != settings.DESKHAND_APP_VERSION:
+        assert runs_move_version(from_version=fixture["application_version"]) == [run_id]
+    ensure_in_process_executor()
+    approval_decide(
+        approval=Approval.objects.get(run_id=run_id, status="pending"),
+        user=user("owner@northwind.test"),
+        approve=True,
+        channel="cli",
+    )
+    run = _wait_finished(run_id)
+
+    assert (run.status, run.stop_reason) == ("succeeded", "end_turn"), run.summary
+    assert [r.amount_cents for r in Refund.objects.filter(order__reference="NW-1042")] == [3800]
+    final = _checkpoints(run_id)
+    assert all(final[fid] == checkpoint for fid, checkpoint in recorded.items())
+    later = [name for fid, (name, _) in sorted(final.items()) if fid not in recorded]
+    # After the gate, each turn is still the older four operations, never the one-step turn.
+    assert "DBOS.patch-one-step-turns" not in later
+    assert later.count("bounds.check") == later.count("model") >= 1
+    new_turns = later.count("model")
+    assert len(model_calls) == new_turns, "a recorded model turn was called again"
+    steps = list(Step.objects.filter(run_id=run_id).order_by("seq"))
+    assert [s.seq for s in steps] == list(range(1, len(steps) + 1))

@@ -17,9 +17,11 @@ from agent.providers.policy import PolicyProvider
 from agent.providers.scripted import call, say
 from agent.selectors import effects_summary
 from agent.services import run_create
+from agent.steering import run_steer
 from approvals.models import Approval, AuditEvent
 from deskhand.dbos_client import client
 from deskhand.desk.models import OutboundEmail, Refund, Ticket
+from tests.consent.conftest import refund, settle
 from tests.durability.helpers import assert_every_effect_was_approved, decide, start, user
 from tests.fixtures.dbos import wait_parked, wait_terminal
 from tests.replay.conftest import replay_cmd
@@ -190,3 +192,31 @@ def test_forks_never_pay_twice_and_a_different_amount_under_the_same_call_is_ref
     assert code != 0 and f"already has an open run ({blocker.id}, queued)" in out
     Run.objects.filter(pk=blocker.pk).update(status="cancelled")
     assert Run.objects.filter(forked_from=original).count() == 5
+
+
+def test_a_fork_from_the_model_step_after_a_note_sends_the_note_again(dbos_executor, provide):
+    provide([[refund(3800)], [say("Refunded; the replacement ships Monday.")]])
+    original = settle(start("NW-1", OWNER))
+    assert original.status == "awaiting_approval"
+    run_steer(run=original, user=user(OWNER), body="Mention Monday's reship.")
+    decide(original, OWNER)
+    original = wait_terminal(str(original.id))
+    assert original.status == "succeeded", original.summary
+    note = Step.objects.get(run=original, kind="note")
+    after = Step.objects.get(run=original, seq=note.seq + 1)
+    # One step took the note and made the call: both rows name the same checkpoint.
+    assert after.kind == "model" and after.function_id == note.function_id
+
+    recording = provide([[say("Refunded; the replacement ships Monday.")]])
+    forked = fork(original, after.seq)
+    assert forked.status == "succeeded", forked.summary
+    (sent,) = recording.seen
+    assert "Mention Monday" in json.dumps(sent[-1])
+    # The fork's own log starts at its fork point: the note row stays the original's.
+    assert min(forked.step_log.values_list("seq", flat=True)) == after.seq
+    assert not forked.step_log.filter(kind="note").exists()
+    views = [
+        json.loads(replay_cmd(str(r.id), "--at", str(after.seq), "--json")[1])["messages"]
+        for r in (original, forked)
+    ]
+    assert views[0] == views[1] == sent

@@ -49,6 +49,10 @@ NATURAL_KEYS: dict[str, tuple[str, ...]] = {
     "desk_kbarticle": ("merchant_id", "slug"),
     "auth_user": ("email",),
 }
+# Rows a run refers to that a fresh world does not hold and nothing can rename (a prompt
+# version's key is its own content hash): recorded whole beside the reference, inserted on load
+# unless the world already has them.
+INLINE_TABLES = ("agent_promptversion",)
 # DBOS keeps times as epoch milliseconds in integer columns with these names.
 _DBOS_TIME_COLUMN = re.compile(r"(_at|_epoch_ms|^retention_timestamp)$")
 _ISO = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?(\+00:00|Z)$")
@@ -200,6 +204,12 @@ def dump(run_id: str) -> dict[str, Any]:
                     target = f.related_model._meta.db_table
                     if target in NATURAL_KEYS:
                         row[f.column] = _natural(cur, target, row[f.column])
+                    elif target in INLINE_TABLES:
+                        pk = f.target_field.column
+                        (whole,) = _rows(
+                            cur, f'SELECT * FROM "{target}" WHERE "{pk}" = %s', [row[f.column]]
+                        )
+                        row[f.column] = {"$inline": target, "pk": pk, "row": whole}
                     elif target not in recorded_tables or (
                         target == table and auto_pk
                     ):  # pragma: no cover - would need remapping the loader does not do
@@ -339,6 +349,12 @@ def _shift_checkpoint(row: dict[str, Any], delta_ms: int) -> dict[str, Any]:
 
 
 def _resolve(cur: Any, ref: dict[str, Any]) -> Any:
+    if "$inline" in ref:
+        table, pk, whole = ref["$inline"], ref["pk"], ref["row"]
+        cur.execute(f'SELECT 1 FROM "{table}" WHERE "{pk}" = %s', [whole[pk]])
+        if cur.fetchone() is None:
+            _insert(cur, "public", table, whole)
+        return whole[pk]
     table, key = ref["$natural"], ref["key"]
     where, params = [], []
     for col, value in key.items():
@@ -435,7 +451,7 @@ def load(fixture: dict[str, Any], *, executor_id: str) -> str:
             for recorded in block["rows"]:
                 row = {
                     col: _resolve(cur, value)
-                    if isinstance(value, dict) and "$natural" in value
+                    if isinstance(value, dict) and ("$natural" in value or "$inline" in value)
                     else value
                     for col, value in recorded.items()
                 }
