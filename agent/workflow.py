@@ -5,16 +5,19 @@ from ``DBOS.workflow_id`` — never from its arguments — so a fork writes into
 its own run. Steps:
 
 1. ``run.begin``      — mark running; the prompt and fence token
-2. ``bounds.check``   — before every model call
-3. ``model``          — one provider call, recorded with its cost; on runs that took the
-   ``model-calls-rate-limited`` patch, a child workflow ``deskhand.limited_call`` on the
-   provider's rate-limited queue runs it (``limited_step``), and a wait the API names is
-   slept with ``DBOS.sleep_async`` before the call is made again
+2. ``model``          — one turn: on runs that took the ``one-step-turns`` patch, staff notes
+   taken from their table, the bounds check and one provider call, recorded with its cost
+   (``agent.turns.turn``); older runs record ``bounds.check`` (and a notes drain, 7) before a
+   ``model`` step that only calls. On runs since the ``model-calls-rate-limited`` patch a
+   child workflow ``deskhand.limited_call`` on the provider's rate-limited queue runs it
+   (``limited_step``), and a wait the API names is slept with ``DBOS.sleep_async`` before
+   the turn is asked again
 4. ``tool.<name>``    — one tool call (reads and reversible tools)
 5. ``ledger.lookup`` / ``gate.request`` / ``gate.read`` / ``gate.resume`` — the
    approval gate, with ``DBOS.recv`` waits in between (async: no thread held)
 6. ``tool.<irreversible>`` — the approved effect, through the ledger; never retried
-7. ``notes.record``   — staff guidance taken from ``DBOS.recv`` on "steer"
+7. ``notes.record``   — (runs before ``one-step-turns``) staff guidance taken from
+   ``DBOS.recv`` on "steer"
 8. ``run.finish`` / ``run.fail`` — the truthful terminal state
 
 Django code in steps runs in a worker thread (``asyncio.to_thread``), never on

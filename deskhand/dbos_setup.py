@@ -259,9 +259,27 @@ class _Kicker:
 
     def halt(self) -> None:
         self.stop.set()
-        if self.thread is not None:
+        if self.thread is not None and self.thread.is_alive():
+            # Wake the listener now rather than at its next one-second timeout (a stopping
+            # worker, and every test that stops the in-process executor, waited that second).
+            # Other workers on the channel take it as one more kick: a queue poll, no more.
+            self._wake()
             self.thread.join(3)
         self.thread = None
+
+    def _wake(self) -> None:
+        import psycopg
+
+        from deskhand.fleet.lease import libpq_params
+
+        params = {**libpq_params(), "connect_timeout": 2}
+        try:
+            with psycopg.connect(
+                **params, autocommit=True, application_name="deskhand-queue-kick"
+            ) as conn:
+                conn.execute(f"NOTIFY {self.channel}")
+        except Exception:  # the database is gone: the timeout ends the wait instead
+            pass
 
 
 _kicker = _Kicker()

@@ -12,7 +12,7 @@ import os
 import pytest
 from django.core.management import call_command
 
-pytest_plugins = ["tests.fixtures.dbos"]
+pytest_plugins = ["tests.fixtures.database", "tests.fixtures.dbos"]
 
 # The suite never talks to the real API, whatever the shell exports: worker subprocesses
 # inherit this environment, and the settings (already read) are reset per test below.
