@@ -279,8 +279,8 @@ class Loop:
             remaining = (expires_at - now).total_seconds()
             if remaining <= 0:
                 break
-            # The timeout comes from the stored expires_at, so a restart never extends it.
-            await self.rt.wait(request["topic"], remaining)
+            # Until the stored expires_at, so a restart never extends the wait.
+            await self.rt.wait(request["topic"], expires_at)
         waited = (await self.rt.now() - waited_from).total_seconds()
         verdict = await self.rt.step(
             "gate.resume", gate_resume, self.run_id, self._next_seq(), call, approval_id, waited

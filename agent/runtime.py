@@ -37,8 +37,14 @@ class Runtime(Protocol):
         """Sleep durably: a restart wakes at the recorded time, and no thread is held."""
         ...
 
-    async def wait(self, topic: str, timeout_seconds: float) -> Any | None:
-        """Wait for the next message on ``topic``; ``None`` on timeout."""
+    async def wait(self, topic: str, until: dt.datetime) -> Any | None:
+        """Wait for the next message on ``topic`` until ``until``; ``None`` when it passes.
+
+        A deadline, not a duration: a wait first entered after a restart (the worker died
+        between the clock read before it and the wait's own checkpoint) must end when the
+        deadline says, not a whole recorded duration after the restart. Once the wait is
+        checkpointed, its end is the recorded one.
+        """
         ...
 
     async def drain(self, topic: str) -> list[Any]:
@@ -104,7 +110,7 @@ class MemoryRuntime:
     async def sleep(self, seconds: float) -> None:
         self.slept.append(seconds)  # recorded, not slept: the loop's decision is the point
 
-    async def wait(self, topic: str, timeout_seconds: float) -> Any | None:
+    async def wait(self, topic: str, until: dt.datetime) -> Any | None:
         if self.inbox[topic]:
             return self.inbox[topic].popleft()
         return None

@@ -198,8 +198,14 @@ class DBOSRuntime:
     async def sleep(self, seconds: float) -> None:
         await DBOS.sleep_async(max(0.0, seconds))
 
-    async def wait(self, topic: str, timeout_seconds: float) -> Any | None:
-        return await DBOS.recv_async(topic, timeout_seconds=max(0.0, timeout_seconds))
+    async def wait(self, topic: str, until: dt.datetime) -> Any | None:
+        # Read off the wall clock here, outside any step: DBOS checkpoints the wait's end on
+        # its first execution and replays that, so this reading only ever sets a new wait.
+        timeout = (until - dt.datetime.now(dt.UTC)).total_seconds()
+        # A crash here falls between the clock read the wait was derived from and the wait's
+        # own checkpoint (tests/consent/test_expiry.py).
+        faults.at("before_wait", topic.split(":", 1)[0])
+        return await DBOS.recv_async(topic, timeout_seconds=max(0.0, timeout))
 
     async def drain(self, topic: str) -> list[Any]:
         out = []

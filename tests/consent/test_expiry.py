@@ -18,10 +18,13 @@ from tests.fixtures.dbos import wait_parked, wait_terminal
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
-# Long enough that a worker restarted under a loaded machine (4-7 s to be ready) is still up
-# well before the original expiry, so "on schedule" and "a fresh TTL from the restart" stay
-# far apart: at 10 s a slow restart put the on-schedule expiry within 0.2 s of the bound.
-TTL = 20
+# The worker stays down DOWN seconds, so the approval's on-schedule expiry comes at least
+# DOWN seconds (plus the restart's own start-up) before a fresh TTL counted from the restart
+# would: that gap is what the test can tell apart, and it must also absorb the restarted
+# worker's recovery of the run on a loaded machine. With TTL 20 and 3 s down it was 7 to 10 s,
+# and a recovery slowed by two other suites on the same two cores once took longer.
+TTL = 30
+DOWN = 10
 
 
 @pytest.mark.crash
@@ -34,7 +37,9 @@ def test_an_approval_expires_on_its_original_schedule_across_a_worker_restart(wo
     assert approval.expires_at - approval.requested_at == dt.timedelta(seconds=TTL)
 
     worker.kill()
-    time.sleep(3)  # down for a while: a restart that re-armed a full TTL would now be easy to see
+    time.sleep(
+        DOWN
+    )  # down for a while: a restart that re-armed a full TTL would now be easy to see
     restart(worker)
     restarted = timezone.now()
     run = wait_terminal(str(run.id), timeout=60)
@@ -53,6 +58,30 @@ def test_an_approval_expires_on_its_original_schedule_across_a_worker_restart(wo
     )
     with pytest.raises(DecisionRefused, match="already expired"):
         approval_decide(approval=approval, user=user("owner@northwind.test"), approve=True)
+
+
+@pytest.mark.crash
+def test_a_worker_killed_just_before_it_waits_still_expires_the_approval_on_schedule(
+    worker_process,
+):
+    """The kill lands after the clock read the wait is measured from, before the wait's own
+    checkpoint: the restarted worker enters the wait for the first time, and must end it at
+    ``expires_at``, not a whole TTL after the restart."""
+    Merchant.objects.filter(slug="northwind").update(approval_ttl_seconds=TTL)
+    worker = worker_process("consent-expiry-wait").start(faults="before_wait:approval")
+    run = start("NW-1", "owner@northwind.test")
+    assert worker.proc is not None
+    worker.proc.wait(timeout=60)  # it died at the wait, with the approval requested
+    approval = pending_approval(run)
+    time.sleep(DOWN)
+    restart(worker, faults="")
+    run = wait_terminal(str(run.id), timeout=60)
+
+    assert (run.status, run.stop_reason) == ("failed", "approval_expired"), run.summary
+    approval.refresh_from_db()
+    # DOWN seconds of slack for the recovery on a loaded machine; a wait re-armed with the
+    # recorded duration would end about DOWN + the restart's start-up after expires_at.
+    assert approval.expires_at <= run.finished_at < approval.expires_at + dt.timedelta(seconds=DOWN)
 
 
 def test_the_ttl_is_the_merchants_and_a_recovery_after_expiry_never_opens_a_fresh_approval(tseeded):

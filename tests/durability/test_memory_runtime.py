@@ -32,7 +32,8 @@ def test_the_loop_needs_no_execution_engine(tseeded):
     run.refresh_from_db()
     assert outcome["status"] == "succeeded"
     assert run.status == "succeeded"
-    assert rt.step_names[:4] == ["run.begin", "bounds.check", "model", "tool.get_ticket"]
+    # One step a turn (notes, bounds and the call: agent.turns.turn), then the tool.
+    assert rt.step_names[:4] == ["run.begin", "model", "tool.get_ticket", "model"]
     assert list(run.step_log.values_list("kind", flat=True)) == ["model", "tool", "model", "final"]
 
 
