@@ -78,7 +78,7 @@ def _checkpoints(workflow_id: str) -> dict[int, tuple[str, str | None]]:
     with connection.cursor() as cur:
         cur.execute(
             "SELECT function_id, function_name, output FROM dbos.operation_outputs"
-            " WHERE workflow_uuid = %s",
+            " WHERE workflow_uuid = %s ORDER BY function_id",
             [workflow_id],
         )
         return {fid: (name, output) for fid, name, output in cur.fetchall()}
@@ -153,7 +153,9 @@ def test_a_run_parked_on_the_previous_step_sequence_finishes_after_the_upgrade(
     for fid, checkpoint in recorded_checkpoints.items():
         assert final[fid] == checkpoint, f"checkpoint {fid} ({checkpoint[0]}) was rewritten"
     recorded_turns = [
-        json.loads(out)["content"] for name, out in recorded_checkpoints.values() if name == "model"
+        json.loads(out)["content"]
+        for _, (name, out) in sorted(recorded_checkpoints.items())
+        if name == "model"
     ]
     new_turns = [
         fid
