@@ -177,7 +177,7 @@ def turn(
         return out
     sent = with_guidance(messages, taken["notes"], fence_token)
     out["reply"] = model_turn(run_id, taken["next_seq"], sent, system_token, spent)
-    out["next_seq"] = taken["next_seq"] + (0 if "reply" in out and _no_row(out["reply"]) else 1)
+    out["next_seq"] = taken["next_seq"] + (0 if _no_row(out["reply"]) else 1)
     return out
 
 
