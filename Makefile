@@ -23,10 +23,13 @@ demo: $(STAMP)
 	$(PY) scripts/demo.py $(if $(PROVIDER),--provider $(PROVIDER)) $(if $(PAYMENTS),--payments $(PAYMENTS))
 
 # The tests start the embedded Postgres when DATABASE_URL is unset; stop it again
-# afterwards unless it was already running (e.g. under `make demo`).
+# afterwards unless it was already running (e.g. under `make demo`). They run in
+# TEST_WORKERS pytest processes (pytest-xdist), each on its own test database: most of a
+# test's time is spent waiting on workers, Postgres and timers, not on a core.
+TEST_WORKERS ?= 4
 test: $(STAMP) browsers
 	@was_running=$$(test -f .deskhand/pgdata/postmaster.pid && echo yes); \
-	DESKHAND_CHECK_TREE=1 $(PY) -m pytest $(PYTEST_ARGS); rc=$$?; \
+	DESKHAND_CHECK_TREE=1 $(PY) -m pytest -n $(TEST_WORKERS) --dist worksteal $(PYTEST_ARGS); rc=$$?; \
 	if [ -z "$$was_running" ] && [ -z "$$DATABASE_URL" ]; then \
 	  $(PY) -c "from deskhand import embedded_pg; embedded_pg.stop()"; \
 	fi; exit $$rc

@@ -71,10 +71,23 @@ def _tree_state() -> dict[str, str] | None:
     return state
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    """Under xdist, the controller starts the embedded Postgres once, before the workers
+    (each of which creates its own ``test_*_gwN`` database on it) race to start it."""
+    if os.environ.get("DATABASE_URL") or hasattr(config, "workerinput"):
+        return
+    if getattr(config.option, "numprocesses", None):
+        from deskhand import embedded_pg
+
+        embedded_pg.ensure_running()
+
+
 def pytest_sessionstart(session: pytest.Session) -> None:
     # Under `make test` only: a developer editing files while running pytest by hand would
     # otherwise see the session fail for their own edits.
-    if os.environ.get("DESKHAND_CHECK_TREE"):
+    # Only in the controller under xdist: a worker's snapshot would catch another worker's
+    # test between writing a scratch file and removing it.
+    if os.environ.get("DESKHAND_CHECK_TREE") and not hasattr(session.config, "workerinput"):
         session.config.stash[_TREE] = _tree_state()
 
 

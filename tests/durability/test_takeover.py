@@ -86,7 +86,8 @@ def approve_all(runs: list[Run]) -> None:
 def cut_lease_session(executor_id: str) -> None:
     with connection.cursor() as cur:
         cur.execute(
-            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = %s",
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+            " WHERE datname = current_database() AND application_name = %s",
             [f"deskhand-lease:{executor_id}"],
         )
 
