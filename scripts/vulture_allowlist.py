@@ -215,7 +215,8 @@ _.daily_spend_cap  # admin list_display columns, named as strings
 _.daily_refund_ceiling
 _.run_refund_ceiling
 # --- rough edges (issue 14) ----------------------------------------------------------------
-_.pytest_sessionstart  # pytest hooks, called by name (tests/conftest.py: the tree stays clean)
+_.pytest_configure  # pytest hooks, called by name (tests/conftest.py: one Postgres start, the tree stays clean)
+_.pytest_sessionstart
 _.pytest_sessionfinish
 _.exitstatus
 _.redirect_request  # urllib's HTTPRedirectHandler hook (the throttle test follows no redirect)

@@ -370,3 +370,64 @@ def _executor_and_status(run_id: Any) -> tuple[str, str]:
         )
         row = cur.fetchone()
     return (row[0], row[1]) if row else ("", "")
+
+
+class ParkingCrew:
+    """Park thousands of runs faster than one process can, for the bench process to hold.
+
+    Parking is CPU work in Python (a run's turns, tools and gate request: ~0.4 s of a core
+    each), so one process parks ~2.5 runs a second and 10,000 would take over an hour. Here
+    ``k`` load workers take the runs from the queue alongside the bench's own executor; once
+    every run waits at its gate they are SIGKILLed and the bench process recovers their
+    workflows as a takeover would (``recover_executor``), so what is measured afterwards —
+    threads, RSS, idle CPU, wake latency — is one executor holding every parked run.
+    """
+
+    def __init__(self, fleet: Fleet, k: int, holder: str) -> None:
+        # Fewer connections than a fleet worker: the bench process beside them will hold
+        # thousands of runs, and the embedded server allows 100 clients in all.
+        fleet.env.update(DESKHAND_MAX_EXECUTOR_THREADS="8", DESKHAND_SYS_DB_POOL="4")
+        self.fleet = fleet
+        self.ids = [f"bench-park-{i + 1}" for i in range(k)]
+        self.holder = holder
+
+    def start(self) -> None:
+        """Start the crew (again, after a hand-over)."""
+        for executor_id in self.ids:
+            worker = self.fleet.worker(executor_id)
+            if worker.proc is None or worker.proc.poll() is not None:
+                worker.start()
+
+    def park(self, run: Any) -> Any:
+        """Queue a just-created run for the crew (and this executor); its id."""
+        from agent.services import run_enqueue
+
+        run_enqueue(run)
+        return run.pk
+
+    def hand_over(self, timeout: float) -> float:
+        """Kill the crew, recover its workflows here; seconds until this executor holds all."""
+        from django.conf import settings
+
+        from deskhand.dbos_internals import recover_executor
+
+        for executor_id in self.ids:
+            self.fleet.worker(executor_id).kill()
+        t0 = time.perf_counter()
+        for executor_id in self.ids:
+            recover_executor(executor_id, settings.DESKHAND_APP_VERSION)
+        if not until(lambda: self._elsewhere() == 0, timeout, every=0.5):
+            raise RuntimeError(f"{self._elsewhere()} workflows not recovered in {timeout:.0f} s")
+        return time.perf_counter() - t0
+
+    def _elsewhere(self) -> int:
+        """Workflows still queued, or pending under an executor other than the holder."""
+        from django.db import connection
+
+        with connection.cursor() as cur:
+            cur.execute(
+                "SELECT count(*) FROM dbos.workflow_status WHERE status = 'ENQUEUED'"
+                " OR (status = 'PENDING' AND executor_id <> %s)",
+                [self.holder],
+            )
+            return int(cur.fetchone()[0])

@@ -279,10 +279,14 @@ class InProcess:
             dt = time.monotonic() - t0
             return (cpu_seconds() - cpu0) / dt * 100, (commits() - n0 - 1) / dt
 
-    def parked(self, levels: list[int], wake: int, window: float) -> None:
-        """Park runs up to each level; at each, measure what holding them costs and wake a few."""
+    def parked(self, levels: list[int], wake: int, window: float, crew: Any = None) -> None:
+        """Park runs up to each level; at each, measure what holding them costs and wake a few.
+
+        With a ``crew`` (``agent.bench.fleet.ParkingCrew``), worker processes park the runs
+        and this executor then recovers them all; without one, this process starts each.
+        """
         from agent.load.world import load_world, owners
-        from agent.services import run_start
+        from agent.services import run_create, run_start
         from approvals.models import Approval
 
         who = owners()
@@ -296,7 +300,13 @@ class InProcess:
                 tickets = load_world(want, start=100_000 + made)
                 made += want
                 t0 = time.perf_counter()
-                new = [run_start(ticket=t, user=who[t.merchant_id]).pk for t in tickets]
+                if crew is None:
+                    new = [run_start(ticket=t, user=who[t.merchant_id]).pk for t in tickets]
+                else:
+                    crew.start()  # before any run exists: a run queued late looks lost
+                    new = [
+                        crew.park(run_create(ticket=t, user=who[t.merchant_id])) for t in tickets
+                    ]
 
                 def count(new: list[Any] = new) -> int:
                     return Approval.objects.filter(
@@ -316,6 +326,11 @@ class InProcess:
                     raise RuntimeError(f"only {done} of {want} runs parked in time")
                 parked_ids += new
                 rate = want / (time.perf_counter() - t0)
+                if crew is not None:
+                    self.progress.phase(f"recovering {want} parked runs from the parking crew")
+                    self.out.setdefault("crew_handover_s", []).append(
+                        round(crew.hand_over(timeout=max(300.0, want * 0.1)), 1)
+                    )
             else:
                 rate = float("nan")
             self.progress.advance(level / 200)

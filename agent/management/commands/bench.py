@@ -80,6 +80,13 @@ class Command(DeskhandCommand):
         )
         parser.add_argument("--no-fleet", action="store_true", help="skip the worker processes")
         parser.add_argument(
+            "--park-workers",
+            type=int,
+            default=0,
+            metavar="K",
+            help="park runs through K worker processes, then hold them all here (for 10,000)",
+        )
+        parser.add_argument(
             "--model-calls",
             action="store_true",
             help="only the rate-limit overhead: a plain model step vs a child on a limited queue",
@@ -90,6 +97,8 @@ class Command(DeskhandCommand):
         plan = dict(QUICK if opts["quick"] else FULL)
         if opts["parked"]:
             plan["parked"] = _levels(opts["parked"])
+        if opts["park_workers"] < 0:
+            raise UsageError("--park-workers must be 0 or more.")
         for key in ("wake", "samples", "runs", "pickup"):
             if opts[key] is not None:
                 if opts[key] < (0 if key == "wake" else 1):
@@ -193,7 +202,7 @@ class Command(DeskhandCommand):
     def _bench(self, scratch: str) -> dict[str, Any]:
         from importlib.metadata import version
 
-        from agent.bench.fleet import Fleet
+        from agent.bench.fleet import Fleet, ParkingCrew
         from agent.bench.inproc import InProcess, register_workflows
         from agent.bench.model_calls import measure as measure_model_calls
         from agent.bench.model_calls import register as register_model_calls
@@ -244,9 +253,22 @@ class Command(DeskhandCommand):
             install_override("*", LoadProvider())
             inproc.pickup(plan["pickup"], start=1, window=self.opts["window"] or 10.0)
             inproc.throughput(plan["runs"], start=10_000)
-            inproc.parked(
-                plan["parked"], plan["wake"], window=10.0 if not self.opts["quick"] else 5.0
-            )
+            crew = None
+            if self.opts["park_workers"]:
+                logs = Path(tempfile.mkdtemp(prefix="deskhand-bench-park-"))
+                parkers = Fleet(self.server, scratch, conninfo, logs, progress, out)
+                crew = ParkingCrew(parkers, self.opts["park_workers"], holder=executor_id)
+                out["park_workers"] = self.opts["park_workers"]
+            try:
+                inproc.parked(
+                    plan["parked"],
+                    plan["wake"],
+                    window=10.0 if not self.opts["quick"] else 5.0,
+                    crew=crew,
+                )
+            finally:
+                if crew is not None:
+                    parkers.stop_all()
             self._stop_executor()
             if not self.opts["no_fleet"]:
                 logs = Path(tempfile.mkdtemp(prefix="deskhand-bench-"))
