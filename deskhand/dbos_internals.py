@@ -271,6 +271,17 @@ class KickableEvent(threading.Event):
         with self._cond:  # type: ignore[attr-defined]
             self._cond.notify_all()  # type: ignore[attr-defined]
 
+    def set(self) -> None:
+        """Stop every sleeper, also those still in the old ``wait()`` on the old condition.
+
+        For them a notify means "stopped", which is now the truth; without it, DBOS's
+        shutdown waited out the queue manager's one-second interval after every launch.
+        """
+        super().set()
+        for cond in getattr(self, "_retired", ()):
+            with cond:
+                cond.notify_all()
+
 
 def install_queue_kick() -> KickableEvent | None:
     """Make this executor's queue threads wakeable; the event to ``kick()`` (None: not found)."""
@@ -282,14 +293,24 @@ def install_queue_kick() -> KickableEvent | None:
         if getattr(thread, "_target", None) is queue_thread:
             event = thread._args[0]  # type: ignore[attr-defined]
             if type(event) is threading.Event:
-                # A thread already sleeping in the old wait() must never be notified: that
-                # wait() would report "stopped" and its queue thread would exit. So kicks go
-                # to a new condition; old sleepers finish their interval on the old one.
-                with event._cond:  # type: ignore[attr-defined]
-                    event._cond = threading.Condition(threading.Lock())  # type: ignore[attr-defined]
-                    event.__class__ = KickableEvent
+                make_kickable(event)
             return event if isinstance(event, KickableEvent) else None
     return None
+
+
+def make_kickable(event: threading.Event) -> KickableEvent:
+    """Turn a plain ``threading.Event`` that threads may already sleep on into a kickable one.
+
+    A thread already sleeping in the old ``wait()`` must never be kicked: that ``wait()``
+    would report "stopped" and its queue thread would exit. So kicks go to a new condition,
+    and old sleepers finish their interval on the old one — unless the event is really set,
+    which ``KickableEvent.set`` passes on to the retired condition too.
+    """
+    with event._cond:  # type: ignore[attr-defined]
+        event._retired = [event._cond]  # type: ignore[attr-defined]
+        event._cond = threading.Condition(threading.Lock())  # type: ignore[attr-defined]
+        event.__class__ = KickableEvent
+    return event  # type: ignore[return-value]
 
 
 # --- deploys: move parked runs to a new application version ---------------------------

@@ -144,6 +144,28 @@ def test_a_kick_wakes_the_queue_threads_without_stopping_them(dbos_executor):
     assert wait_terminal(str(run.pk), 60).status == "succeeded"
 
 
+def test_stopping_reaches_a_thread_that_went_to_sleep_before_the_event_was_made_kickable():
+    """DBOS's queue manager sleeps a second at a time and was asleep in the plain ``wait()``
+    when the event became kickable: a kick must not stop it, a real ``set()`` must, at once
+    (it used to finish its second, and every executor stop soon after a launch waited)."""
+    import threading
+
+    from deskhand import dbos_internals
+
+    event = threading.Event()
+    woke: list[bool] = []
+    sleeper = threading.Thread(target=lambda: woke.append(event.wait(30)), daemon=True)
+    sleeper.start()
+    time.sleep(0.2)  # asleep in threading.Event.wait
+    kickable = dbos_internals.make_kickable(event)
+    kickable.kick()
+    time.sleep(0.2)
+    assert sleeper.is_alive() and woke == []  # a kick is not a stop
+    kickable.set()
+    sleeper.join(5)
+    assert not sleeper.is_alive() and woke == [True]
+
+
 def test_a_workflow_stranded_pending_under_its_own_live_executor_is_re_enqueued(dbos_executor):
     """What chaos found: a run whose coroutine died while Postgres restarted stays PENDING
     under a worker that is alive and well, and nothing else would ever resume it."""
