@@ -29,7 +29,7 @@ demo: $(STAMP)
 TEST_WORKERS ?= 4
 test: $(STAMP) browsers
 	@was_running=$$(test -f .deskhand/pgdata/postmaster.pid && echo yes); \
-	DESKHAND_CHECK_TREE=1 $(PY) -m pytest -n $(TEST_WORKERS) --dist worksteal $(PYTEST_ARGS); rc=$$?; \
+	DESKHAND_CHECK_TREE=1 $(PY) -m pytest -n $(TEST_WORKERS) --dist load $(PYTEST_ARGS); rc=$$?; \
 	if [ -z "$$was_running" ] && [ -z "$$DATABASE_URL" ]; then \
 	  $(PY) -c "from deskhand import embedded_pg; embedded_pg.stop()"; \
 	fi; exit $$rc

@@ -82,6 +82,13 @@ def pytest_configure(config: pytest.Config) -> None:
         embedded_pg.ensure_running()
 
 
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """The tests marked ``slow`` first (otherwise in file order): xdist's ``load`` scheduler
+    hands out the first items round-robin, so the long ones start at once, side by side,
+    instead of one of them starting last and holding the whole run up."""
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
+
+
 def pytest_sessionstart(session: pytest.Session) -> None:
     # Under `make test` only: a developer editing files while running pytest by hand would
     # otherwise see the session fail for their own edits.
@@ -111,3 +118,26 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
 
 
 _TREE = pytest.StashKey[dict[str, str] | None]()
+
+
+@pytest.fixture(scope="session")
+def django_db_setup(django_db_setup, django_db_blocker):
+    """The test databases commit without waiting for their WAL to reach the disk.
+
+    Per database (``ALTER DATABASE``), so the demo's database on the same embedded server
+    keeps full durability. What the suite proves survives a *process* killed at any point
+    — a worker's SIGKILL, a backend terminated — and a committed transaction survives
+    that either way; only a crash of Postgres itself or of the machine could lose the last
+    commits, and the tests that restart Postgres stop it cleanly, which flushes them.
+    Commits were a large part of the suite's waiting: every DBOS step is one or two.
+    """
+    from django.db import connections
+
+    with django_db_blocker.unblock():
+        for alias in connections:
+            conn = connections[alias]
+            with conn.cursor() as cur:
+                name = conn.ops.quote_name(conn.settings_dict["NAME"])
+                cur.execute(f"ALTER DATABASE {name} SET synchronous_commit = off")
+            conn.close()
+    yield

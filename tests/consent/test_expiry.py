@@ -27,6 +27,7 @@ TTL = 30
 DOWN = 10
 
 
+@pytest.mark.slow
 @pytest.mark.crash
 def test_an_approval_expires_on_its_original_schedule_across_a_worker_restart(worker_process):
     Merchant.objects.filter(slug="northwind").update(approval_ttl_seconds=TTL)
@@ -60,6 +61,7 @@ def test_an_approval_expires_on_its_original_schedule_across_a_worker_restart(wo
         approval_decide(approval=approval, user=user("owner@northwind.test"), approve=True)
 
 
+@pytest.mark.slow
 @pytest.mark.crash
 def test_a_worker_killed_just_before_it_waits_still_expires_the_approval_on_schedule(
     worker_process,

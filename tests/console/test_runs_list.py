@@ -58,6 +58,7 @@ def test_keyset_pages_cover_every_run_once(seeded):
     assert seen == expected and len(seen) == 130
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(600)
 def test_a_hundred_thousand_runs_list_fast_on_an_index(seeded, django_assert_max_num_queries):
     started = time.monotonic()

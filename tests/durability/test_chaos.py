@@ -14,6 +14,7 @@ from tests.fixtures.dbos import ROOT
 pytestmark = pytest.mark.crash
 
 
+@pytest.mark.slow
 def test_chaos_on_two_workers_with_kills_and_a_postgres_restart_breaks_no_invariant():
     proc = subprocess.run(
         [

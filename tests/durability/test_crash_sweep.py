@@ -59,6 +59,7 @@ def sweep(
     return run, kills
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("point", ["after_step", "before_step"])
 def test_a_crash_sweep_over_nw1_moves_money_at_most_once(worker_process, point):
     run, kills = sweep(worker_process, "NW-1", "owner@northwind.test", point)

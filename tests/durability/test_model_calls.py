@@ -29,6 +29,7 @@ def _start_nw1():
     )
 
 
+@pytest.mark.slow
 def test_a_resumed_run_never_repeats_a_completed_model_call(worker_process):
     with FakeAnthropic() as api:
         env = {"ANTHROPIC_API_KEY": "test-key", "ANTHROPIC_BASE_URL": api.url}

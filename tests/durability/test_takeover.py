@@ -129,6 +129,7 @@ def test_a_dead_workers_parked_runs_are_resumed_by_a_live_worker(worker_process)
     approve_all(runs)
 
 
+@pytest.mark.slow
 def test_a_worker_cut_off_past_the_grace_is_taken_over_and_stops_when_it_reconnects(
     worker_process, tmp_path
 ):
@@ -160,6 +161,7 @@ def test_a_worker_cut_off_past_the_grace_is_taken_over_and_stops_when_it_reconne
     approve_all(runs)
 
 
+@pytest.mark.slow
 def test_a_takeover_cut_short_by_a_database_restart_still_resumes_every_run(worker_process):
     dying = worker_process("fleet-dying", env=FLEET, provider="park").start()
     runs = park(4)
@@ -197,6 +199,7 @@ def test_the_lease_lock_is_a_session_lock_a_dead_process_cannot_hold(transaction
         other.execute("SELECT pg_advisory_unlock(%s)", [key])
 
 
+@pytest.mark.slow
 def test_after_a_deploy_a_run_parked_under_the_old_version_finishes_on_a_draining_old_worker(
     worker_process,
 ):

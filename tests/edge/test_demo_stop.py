@@ -6,9 +6,12 @@ import json
 import subprocess
 import sys
 
+import pytest
+
 from tests.fixtures.dbos import ROOT
 
 
+@pytest.mark.slow
 def test_ctrl_c_on_make_demo_exits_0_and_leaves_no_process():
     done = subprocess.run(
         [sys.executable, "scripts/demo_ctrl_c.py", "--times", "1"],

@@ -88,6 +88,7 @@ def scratch_postgres() -> Iterator[ScratchPostgres]:
         shutil.rmtree(pg.data_dir, ignore_errors=True)
 
 
+@pytest.mark.slow
 def test_with_postgres_stopped_every_command_but_the_worker_says_one_sentence(scratch_postgres):
     results = run_outage_probe(scratch_postgres.url, str(scratch_postgres.data_dir))
     # The server's socket is gone with the server: libpq says so.
@@ -145,6 +146,7 @@ def assert_one_line_per_attempt(lines: list[str]) -> int:
     return len(attempts)
 
 
+@pytest.mark.slow
 def test_the_worker_waits_out_postgres_one_line_per_attempt_and_resumes(scratch_postgres):
     pg = scratch_postgres
     worker = subprocess.Popen(

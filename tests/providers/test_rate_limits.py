@@ -190,6 +190,7 @@ def test_a_wait_longer_than_the_retry_budget_fails_the_run_with_the_cause(
     assert names[at : at + 4] != AFTER_A_WAIT, names
 
 
+@pytest.mark.slow
 def test_a_worker_killed_while_a_run_sleeps_out_a_rate_limit_resumes_and_finishes(
     worker_process, settings
 ) -> None:

@@ -37,6 +37,7 @@ FIELDS = (
 )
 
 
+@pytest.mark.slow
 def test_bench_quick_json_measures_every_figure_and_leaves_no_database_or_file(
     transactional_db,
 ):
