@@ -180,6 +180,15 @@ def write(results: dict[str, Any], docs: Path, command: str) -> list[Path]:
             f"| {p['parked']} | {p['park_rate_per_s']} | {p['threads']} | {p['rss_mb']} |"
             f" {p['idle_cpu_pct']} | {p['idle_commits_per_s']} | {p['wake_p50_ms']} | {p['wake_p95_ms']} |"
         )
+    if r.get("park_workers"):
+        k = r["park_workers"]
+        lines += [
+            "",
+            f"Parked through {k} worker process{'es' if k > 1 else ''} beside the bench's own"
+            f" executor (`--park-workers {k}`), which then recovered and held every run, as a"
+            " takeover would; seconds from their SIGKILL until it held all of them, per level:"
+            f" {r.get('crew_handover_s')}. The park rate counts all the parking processes.",
+        ]
     if drew:
         lines += ["", f"![Wake latency and idle cost against parked runs]({png.name})"]
     lines += ["", "## What each figure times", ""]

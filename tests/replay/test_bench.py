@@ -1,4 +1,7 @@
-"""``manage.py bench --quick --json`` runs end to end at a test-only size and leaves nothing behind."""
+"""``manage.py bench --quick --json`` runs end to end at a test-only size and leaves nothing behind.
+
+Its runs are parked through one worker process (``--park-workers 1``), the path the
+10,000-parked figures take."""
 
 from __future__ import annotations
 
@@ -61,7 +64,9 @@ def test_bench_quick_json_measures_every_figure_and_leaves_no_database_or_file(
             "--quick",
             "--json",
             "--parked",
-            "6",
+            "3,6",
+            "--park-workers",
+            "1",
             "--wake",
             "3",
             "--samples",
@@ -85,6 +90,10 @@ def test_bench_quick_json_measures_every_figure_and_leaves_no_database_or_file(
     for field in FIELDS:
         assert isinstance(result.get(field), int | float), (field, result.get(field))
     assert result["parked_runs"] == 6
+    # Parked by a worker process beside the bench's executor, then all held by the bench's:
+    # at each level, every run it woke was one it held (a wake times its own executor's recv).
+    assert result["park_workers"] == 1 and len(result["crew_handover_s"]) == 2
+    assert [p["wakes"] for p in result["parked_series"]] == [3, 3]
     assert result["nw2_status"] == "succeeded"
     assert result["step_overhead_ratio"] == round(
         result["agent_step_ms"] / result["bare_dbos_step_ms"], 2
