@@ -405,11 +405,13 @@ class ParkingCrew:
         run_enqueue(run)
         return run.pk
 
-    def hand_over(self, timeout: float) -> float:
-        """Kill the crew, recover its workflows here; seconds until this executor holds all."""
+    def hand_over(self, timeout: float, held: int) -> float:
+        """Kill the crew, recover its workflows here; seconds until this executor holds all
+        ``held`` parked runs, each back in its ``recv`` (not merely claimed: replaying a run
+        to its gate is CPU work that would otherwise leak into the idle and wake figures)."""
         from django.conf import settings
 
-        from deskhand.dbos_internals import recover_executor
+        from deskhand.dbos_internals import recover_executor, waiting_recvs
 
         for executor_id in self.ids:
             self.fleet.worker(executor_id).kill()
@@ -418,6 +420,8 @@ class ParkingCrew:
             recover_executor(executor_id, settings.DESKHAND_APP_VERSION)
         if not until(lambda: self._elsewhere() == 0, timeout, every=0.5):
             raise RuntimeError(f"{self._elsewhere()} workflows not recovered in {timeout:.0f} s")
+        if not until(lambda: waiting_recvs() >= held, timeout, every=0.5):
+            raise RuntimeError(f"only {waiting_recvs()} of {held} runs waiting again")
         return time.perf_counter() - t0
 
     def _elsewhere(self) -> int:

@@ -329,7 +329,9 @@ class InProcess:
                 if crew is not None:
                     self.progress.phase(f"recovering {want} parked runs from the parking crew")
                     self.out.setdefault("crew_handover_s", []).append(
-                        round(crew.hand_over(timeout=max(300.0, want * 0.1)), 1)
+                        round(
+                            crew.hand_over(timeout=max(300.0, want * 0.2), held=len(parked_ids)), 1
+                        )
                     )
             else:
                 rate = float("nan")
