@@ -216,6 +216,7 @@ _.daily_refund_ceiling
 _.run_refund_ceiling
 # --- rough edges (issue 14) ----------------------------------------------------------------
 _.pytest_configure  # pytest hooks, called by name (tests/conftest.py: one Postgres start, the tree stays clean)
+_.pytest_collection_modifyitems
 _.pytest_sessionstart
 _.pytest_sessionfinish
 _.exitstatus
