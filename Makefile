@@ -24,8 +24,8 @@ demo: $(STAMP)
 
 # The tests start the embedded Postgres when DATABASE_URL is unset; stop it again
 # afterwards unless it was already running (e.g. under `make demo`). They run in
-# TEST_WORKERS pytest processes (pytest-xdist), each on its own test database: most of a
-# test's time is spent waiting on workers, Postgres and timers, not on a core.
+# TEST_WORKERS pytest processes (pytest-xdist), each on its own test database: a test mostly
+# waits on workers, Postgres and timers, so four keep two cores busy (six measured slower).
 TEST_WORKERS ?= 4
 test: $(STAMP) browsers
 	@was_running=$$(test -f .deskhand/pgdata/postmaster.pid && echo yes); \

@@ -129,7 +129,7 @@ def django_db_setup(django_db_setup, django_db_blocker):
     — a worker's SIGKILL, a backend terminated — and a committed transaction survives
     that either way; only a crash of Postgres itself or of the machine could lose the last
     commits, and the tests that restart Postgres stop it cleanly, which flushes them.
-    Commits were a large part of the suite's waiting: every DBOS step is one or two.
+    Every DBOS step is one or two commits, each of which would otherwise wait for a flush.
     """
     from django.db import connections
 

@@ -398,6 +398,9 @@ class ParkingCrew:
             if worker.proc is None or worker.proc.poll() is not None:
                 worker.start()
 
+    def stop(self) -> None:
+        self.fleet.stop_all()
+
     def park(self, run: Any) -> Any:
         """Queue a just-created run for the crew (and this executor); its id."""
         from agent.services import run_enqueue

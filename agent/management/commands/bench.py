@@ -268,7 +268,7 @@ class Command(DeskhandCommand):
                 )
             finally:
                 if crew is not None:
-                    parkers.stop_all()
+                    crew.stop()
             self._stop_executor()
             if not self.opts["no_fleet"]:
                 logs = Path(tempfile.mkdtemp(prefix="deskhand-bench-"))

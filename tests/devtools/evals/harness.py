@@ -32,6 +32,7 @@ from approvals.models import Approval, ApprovalStatus
 from approvals.services import approval_decide
 from deskhand.desk.models import Membership, Merchant, Order, Refund, Ticket
 from tests.devtools.evals.trajectory import Trajectory
+from tests.support.workflows import until_settled
 
 WAIT_SECONDS = 30.0
 
@@ -218,7 +219,7 @@ class Harness:
             close_old_connections()
             run.refresh_from_db()
             if run.status in TERMINAL_STATUSES:
-                _until_settled(str(run.pk))
+                until_settled(str(run.pk))
                 return run
             if run.status == RunStatus.AWAITING_APPROVAL and self.pending(run) is not None:
                 return run
@@ -289,20 +290,3 @@ class Harness:
 
     def restart(self) -> None:
         self.executor.restart()
-
-
-def _until_settled(run_id: str, timeout: float = 10.0) -> None:
-    """Until DBOS has recorded the end of a run that says it ended, for at most ``timeout``.
-
-    The run's terminal status commits inside its last step; DBOS writes that step's output
-    (the row a scenario may look for) just after, and a loaded machine widens the gap.
-    A workflow that stays active (a scenario's own doing) is left for the scenario to judge.
-    """
-    from deskhand import dbos_client
-
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        state = dbos_client.workflow_states([run_id]).get(run_id)
-        if state is None or not state.active:
-            return
-        time.sleep(0.02)
