@@ -11,7 +11,6 @@ import datetime as dt
 import os
 import socket
 import subprocess
-import sys
 import time
 import urllib.request
 from collections.abc import Iterator
@@ -27,6 +26,7 @@ from agent.models import Run, Step
 from agent.steplog import log_step
 from approvals.models import Approval
 from deskhand.desk.models import Ticket
+from tests.devtools import forkserver
 
 PASSWORD = "demo-password-123"
 NW_OWNER, NW_AGENT, NW_VIEWER = (
@@ -193,7 +193,7 @@ def free_port() -> int:
 
 
 class WebServer:
-    def __init__(self, port: int, proc: subprocess.Popen[bytes], log_path: Path) -> None:
+    def __init__(self, port: int, proc: forkserver.Process, log_path: Path) -> None:
         self.port, self.proc, self.log_path = port, proc, log_path
         self.url = f"http://127.0.0.1:{port}"
 
@@ -224,24 +224,20 @@ def uvicorn_on_test_database(log_name: str) -> Iterator[WebServer]:
         DJANGO_SETTINGS_MODULE="deskhand.settings",
     )
     env.pop("DJANGO_ALLOW_ASYNC_UNSAFE", None)  # the server keeps Django's async-safety guard
-    with log_path.open("wb") as log:
-        proc = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "uvicorn",
-                "deskhand.asgi:application",
-                "--host",
-                "127.0.0.1",
-                "--port",
-                str(port),
-                "--no-access-log",
-            ],
-            cwd=ROOT,
-            env=env,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-        )
+    log_path.write_bytes(b"")
+    proc = forkserver.start(
+        "uvicorn",
+        [
+            "deskhand.asgi:application",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--no-access-log",
+        ],
+        env,
+        log_path,
+    )
     server = WebServer(port, proc, log_path)
     deadline = time.monotonic() + 60
     while True:

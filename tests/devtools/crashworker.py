@@ -27,6 +27,8 @@ from urllib.parse import quote
 
 from django.db import connections
 
+from tests.devtools import forkserver
+
 ROOT = Path(__file__).resolve().parents[2]
 LOG_DIR = ROOT / ".deskhand" / "crash-sweep"
 
@@ -120,7 +122,7 @@ class Worker:
     def __init__(self, executor_id: str, provider: str) -> None:
         self.executor_id = executor_id
         self.provider = provider
-        self.proc: subprocess.Popen[str] | None = None
+        self.proc: forkserver.Process | None = None
         LOG_DIR.mkdir(parents=True, exist_ok=True)
         # One log per pytest process too (xdist workers may reuse an executor id).
         session = os.environ.get("PYTEST_XDIST_WORKER", "main")
@@ -135,21 +137,12 @@ class Worker:
         )
         with self.log_path.open("a") as log:
             log.write(f"--- start spec={spec!r}\n")
-            self.proc = subprocess.Popen(
-                [
-                    sys.executable,
-                    "-m",
-                    "tests.devtools.crashworker",
-                    self.executor_id,
-                    spec,
-                    self.provider,
-                ],
-                cwd=ROOT,
-                env=env,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                text=True,
-            )
+        self.proc = forkserver.start(
+            "tests.devtools.crashworker",
+            [self.executor_id, spec, self.provider],
+            env,
+            self.log_path,
+        )
         end = time.monotonic() + 60
         while time.monotonic() < end:
             text = self.log_path.read_text()
