@@ -176,6 +176,7 @@ class Command(DeskhandCommand):
         if "DESKHAND_CONN_MAX_AGE" not in os.environ:
             db["CONN_MAX_AGE"] = connections["default"].settings_dict["CONN_MAX_AGE"] = 60
         self.launched = False
+        self.lease: Any = None
         try:
             call_command("migrate", verbosity=0, interactive=False)
             call_command("seed", verbosity=0)
@@ -198,6 +199,12 @@ class Command(DeskhandCommand):
             logging.getLogger("dbos").setLevel(logging.CRITICAL)
             stop_executor(workflow_completion_timeout_sec=0)
             self.launched = False
+        if self.lease is not None:  # the fleet phase restarts a worker under this id
+            from deskhand.fleet.lease import install
+
+            install(None)
+            self.lease.release()
+            self.lease = None
 
     def _bench(self, scratch: str) -> dict[str, Any]:
         from importlib.metadata import version
@@ -209,6 +216,8 @@ class Command(DeskhandCommand):
         from agent.load.world import LoadProvider
         from agent.providers import install_override
         from deskhand.dbos_setup import launch_executor
+        from deskhand.fleet.lease import Lease
+        from deskhand.fleet.lease import install as install_lease
 
         plan = self.plan
         fleet_work = 0 if self.opts["no_fleet"] else 33
@@ -241,6 +250,18 @@ class Command(DeskhandCommand):
         register_model_calls()
         install_override("*", LoadProvider())
         executor_id = f"bench-{scratch[-8:]}"
+        # The executor holds its id's lease, as a worker does: without it the parking crew's
+        # takeover scans find this executor "dead" and re-run its parked runs, and each run
+        # it loses keeps a coroutine here polling for the outcome once a second.
+        self.lease = Lease(
+            executor_id,
+            settings.DESKHAND_APP_VERSION,
+            grace=settings.DESKHAND_TAKEOVER_GRACE_SEC,
+            heartbeat=settings.DESKHAND_HEARTBEAT_SEC,
+        )
+        self.lease.acquire(wait=0)
+        install_lease(self.lease)
+        self.lease.start()
         launch_executor(executor_id, log_level="ERROR")
         self.launched = True
         if self.opts["model_calls"]:
