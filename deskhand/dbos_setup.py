@@ -137,13 +137,26 @@ def kick_queues() -> None:
     _kicker.kick()
 
 
-def launch_executor(executor_id: str, **overrides: Any) -> None:
+def launch_executor(executor_id: str, *, unleased: bool = False, **overrides: Any) -> None:
     """Launch DBOS in this process as the executor ``executor_id`` (worker and tests only).
+
+    The process must hold the id's lease first (``deskhand.fleet.lease``): an executor
+    without one looks dead to every other worker's takeover scan, which re-runs its runs
+    while it still executes them, and each run it loses keeps a coroutine here polling for
+    the outcome once a second (LESSONS #35). Only a test's private executor, on a database
+    no worker scans, passes ``unleased=True``.
 
     Parked runs: each waiting ``recv`` re-checks the database on its own only every
     ``DESKHAND_RECV_RECHECK_SEC``; one sweep per process every ``DESKHAND_RECV_SWEEP_SEC``
     does it for all of them at once (docs/scaling.md, "Parked runs").
     """
+    from deskhand.fleet import lease
+
+    held = lease.current()
+    if not unleased and (held is None or held.executor_id != executor_id):
+        raise DBOSSetupError(
+            f"executor {executor_id} has no lease: take it (deskhand.fleet.lease.Lease) before launching"
+        )
     import agent.workflow  # noqa: F401  (registers the workflow before launch)
     from agent.effects.schedule import register_schedule as register_reconciliation
     from agent.retention_sweep import register_schedule as register_retention

@@ -181,6 +181,22 @@ def test_a_takeover_cut_short_by_a_database_restart_still_resumes_every_run(work
     approve_all(runs)
 
 
+def test_an_executor_without_its_lease_is_refused_before_dbos_starts():
+    # Unleased, an executor looks dead to every takeover scan, which would re-run its runs
+    # while it still executes them.
+    from dbos import _dbos
+
+    from deskhand.dbos_client import DBOSSetupError
+    from deskhand.dbos_setup import launch_executor
+    from deskhand.fleet import lease
+
+    assert lease.current() is None
+    before = _dbos._dbos_global_instance
+    with pytest.raises(DBOSSetupError, match="executor fleet-unleased has no lease"):
+        launch_executor("fleet-unleased")
+    assert _dbos._dbos_global_instance is before  # nothing was constructed
+
+
 def test_the_lease_lock_is_a_session_lock_a_dead_process_cannot_hold(transactional_db):
     from deskhand.fleet.lease import lock_key
 

@@ -51,8 +51,9 @@ class InProcessExecutor:
     def start(self) -> None:
         from deskhand.dbos_setup import launch_executor, register_queues
 
-        launch_executor(
+        launch_executor(  # the evals' own executor: no worker runs beside it
             self.executor_id,
+            unleased=True,
             notification_listener_polling_interval_sec=0.05,
             log_level=self.log_level,
         )
