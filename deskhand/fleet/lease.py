@@ -201,6 +201,18 @@ class Lease:
 
     # --- start: take the id ---------------------------------------------------------
 
+    @classmethod
+    def from_settings(cls, executor_id: str) -> Lease:
+        """The lease a process executing as ``executor_id`` holds, timed by the settings."""
+        from django.conf import settings
+
+        return cls(
+            executor_id,
+            settings.DESKHAND_APP_VERSION,
+            grace=settings.DESKHAND_TAKEOVER_GRACE_SEC,
+            heartbeat=settings.DESKHAND_HEARTBEAT_SEC,
+        )
+
     def acquire(self, wait: float) -> None:
         """Take the id, or raise ``IdTaken`` after ``wait`` seconds; the gate opens on success."""
         deadline = time.monotonic() + wait
@@ -350,7 +362,12 @@ class Lease:
     # --- stop -------------------------------------------------------------------------
 
     def release(self) -> None:
-        """A clean stop: clear our incarnation (a restart need not wait) and drop the lock."""
+        """A clean stop: clear our incarnation (a restart need not wait) and drop the lock.
+
+        A released lease stops gating this process's steps too: its gate would never open
+        again, so a step left to run would wait forever."""
+        if current() is self:
+            install(None)
         self._stop.set()
         if self._thread is not None:
             self._thread.join(self.heartbeat * 3)

@@ -31,7 +31,7 @@ import tempfile
 import threading
 import traceback
 from pathlib import Path
-from typing import Protocol
+from typing import Protocol, TextIO
 
 ROOT = Path(__file__).resolve().parents[2]
 # Changes every test and no import reads it: not part of a server's identity.
@@ -152,7 +152,7 @@ class Server:
 class Forked:
     """A forked worker as a ``Popen`` look-alike: its exit status comes from the server."""
 
-    def __init__(self, pid: int, conn: socket.socket, reader) -> None:  # type: ignore[no-untyped-def]
+    def __init__(self, pid: int, conn: socket.socket, reader: TextIO) -> None:
         self.pid = pid
         self.returncode: int | None = None
         self._conn = conn

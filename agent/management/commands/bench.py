@@ -200,9 +200,6 @@ class Command(DeskhandCommand):
             stop_executor(workflow_completion_timeout_sec=0)
             self.launched = False
         if self.lease is not None:  # the fleet phase restarts a worker under this id
-            from deskhand.fleet.lease import install
-
-            install(None)
             self.lease.release()
             self.lease = None
 
@@ -253,12 +250,7 @@ class Command(DeskhandCommand):
         # The executor holds its id's lease, as a worker does: without it the parking crew's
         # takeover scans find this executor "dead" and re-run its parked runs, and each run
         # it loses keeps a coroutine here polling for the outcome once a second.
-        self.lease = Lease(
-            executor_id,
-            settings.DESKHAND_APP_VERSION,
-            grace=settings.DESKHAND_TAKEOVER_GRACE_SEC,
-            heartbeat=settings.DESKHAND_HEARTBEAT_SEC,
-        )
+        self.lease = Lease.from_settings(executor_id)
         self.lease.acquire(wait=0)
         install_lease(self.lease)
         self.lease.start()

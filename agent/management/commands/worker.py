@@ -76,12 +76,7 @@ class Command(DeskhandCommand):
         if "DESKHAND_CONN_MAX_AGE" not in os.environ:
             settings.DATABASES["default"]["CONN_MAX_AGE"] = 60
         grace = settings.DESKHAND_TAKEOVER_GRACE_SEC
-        lease = Lease(
-            executor_id,
-            settings.DESKHAND_APP_VERSION,
-            grace=grace,
-            heartbeat=settings.DESKHAND_HEARTBEAT_SEC,
-        )
+        lease = Lease.from_settings(executor_id)
         # The one command that outlives a database outage: it waits, one line per attempt.
         stop = threading.Event()
         for sig in (signal.SIGINT, signal.SIGTERM):
@@ -171,7 +166,6 @@ class Command(DeskhandCommand):
         scanner.close()
         stop_executor(workflow_completion_timeout_sec=2)
         lease.release()
-        install(None)
 
     def _say(self, line: str) -> None:
         self.stdout.write(line)
