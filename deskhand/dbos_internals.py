@@ -189,6 +189,19 @@ def release_staged(executor_id: str, app_version: str, limit: int) -> tuple[list
     return released, left
 
 
+def still_enqueued(workflow_ids: list[str]) -> list[str]:
+    """Those of ``workflow_ids`` still waiting on a queue (not yet dequeued by anyone)."""
+    if not workflow_ids:
+        return []
+    with connection.cursor() as cur:
+        cur.execute(
+            "SELECT workflow_uuid FROM dbos.workflow_status WHERE workflow_uuid = ANY(%s)"
+            " AND status = 'ENQUEUED'",
+            [workflow_ids],
+        )
+        return [r[0] for r in cur.fetchall()]
+
+
 def replaying() -> int:
     """Workflows executing in this process that are not parked in a ``recv``."""
     from dbos._dbos import _get_dbos_instance
@@ -258,17 +271,26 @@ class KickableEvent(threading.Event):
     """A ``threading.Event`` whose sleepers can be woken early without the event being set.
 
     ``wait`` returns the flag, never whether it was notified: a kick makes DBOS's queue
-    worker poll at once, a real ``set()`` still stops it.
+    worker poll at once, a real ``set()`` still stops it. A kick latches per thread: a
+    queue worker that was busy polling when the kick came (so not asleep to hear it) finds
+    it on its next ``wait`` and polls again at once, instead of sleeping out a whole
+    interval with the kicked work still queued.
     """
 
+    _kicks: int
+    _seen: dict[int, int]
+
     def wait(self, timeout: float | None = None) -> bool:
+        me = threading.get_ident()
         with self._cond:  # type: ignore[attr-defined]
-            if not self._flag:  # type: ignore[attr-defined]
+            if not self._flag and self._seen.get(me, self._kicks) == self._kicks:  # type: ignore[attr-defined]
                 self._cond.wait(timeout)  # type: ignore[attr-defined]
+            self._seen[me] = self._kicks
             return bool(self._flag)  # type: ignore[attr-defined]
 
     def kick(self) -> None:
         with self._cond:  # type: ignore[attr-defined]
+            self._kicks += 1
             self._cond.notify_all()  # type: ignore[attr-defined]
 
     def set(self) -> None:
@@ -308,6 +330,7 @@ def make_kickable(event: threading.Event) -> KickableEvent:
     """
     with event._cond:  # type: ignore[attr-defined]
         event._retired = [event._cond]  # type: ignore[attr-defined]
+        event._kicks, event._seen = 0, {}  # type: ignore[attr-defined]
         event._cond = threading.Condition(threading.Lock())  # type: ignore[attr-defined]
         event.__class__ = KickableEvent
     return event  # type: ignore[return-value]

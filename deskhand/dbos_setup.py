@@ -305,8 +305,9 @@ class StagedRecovery(threading.Thread):
     takes a minute or more on one core, and a run whose decision arrived while the worker
     was down waits somewhere in that crowd. Staged (``dbos_internals.stage_own_pending``),
     they are released ``batch`` at a time while fewer than ``max_replaying`` replay in
-    this process, runs with a message waiting first — at the start and in every later
-    batch, so a decision that arrives mid-way jumps the rest. Only while the lease holds.
+    this process or wait, released, to be dequeued; runs with a message waiting first, at
+    the start and in every later batch, so a decision that arrives mid-way jumps the rest.
+    Only while the lease holds.
     """
 
     def __init__(
@@ -331,15 +332,25 @@ class StagedRecovery(threading.Thread):
         from deskhand import dbos_internals, events
 
         t0 = time.monotonic()
+        # Released but not yet dequeued: not running here yet, so ``replaying()`` misses
+        # them. Uncounted, the next batches went out before the first was picked up, and
+        # one poll of the (unpartitioned, oldest-first) internal queue then took them all
+        # with the decided run behind older ones.
+        queued: list[str] = []
         while not self.stop.is_set():
             try:
-                if not self.confirmed() or dbos_internals.replaying() >= self.max_replaying:
+                if not self.confirmed():
                     self.stop.wait(0.05)
                     continue
                 close_old_connections()
+                queued = dbos_internals.still_enqueued(queued)
+                if dbos_internals.replaying() + len(queued) >= self.max_replaying:
+                    self.stop.wait(0.05)
+                    continue
                 released, left = dbos_internals.release_staged(
                     self.executor_id, self.app_version, self.batch
                 )
+                queued += released
                 self.released += len(released)
                 _kicker.kick()
                 if left == 0:

@@ -113,6 +113,10 @@ def one_run(timeout: float) -> dict[str, object]:
     pid, fd = pty.fork()
     if pid == 0:  # the child: a session of its own with the pty as its terminal
         os.chdir(ROOT)
+        # A shell's background job starts with SIGINT ignored, and an ignored signal stays
+        # ignored across exec: Python would then install no Ctrl-C handler and the typed
+        # Ctrl-C would test nothing. A terminal user's demo starts with the default.
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
         os.execvpe("make", ["make", "--no-print-directory", "demo"], env)
     term = Terminal(fd)
     result: dict[str, object] = {"port": port}
@@ -134,7 +138,8 @@ def one_run(timeout: float) -> dict[str, object]:
             done, raw = os.waitpid(pid, os.WNOHANG)
             if done:
                 status = os.waitstatus_to_exitcode(raw)
-        while term.read(0.1):  # the last lines
+        until = time.monotonic() + 5
+        while term.read(0.1) and time.monotonic() < until:  # the last lines
             pass
         left: list[str] = []
         for _ in range(50):  # a process that is exiting gets a moment

@@ -132,7 +132,6 @@ class Worker:
         env = dict(
             os.environ,
             DATABASE_URL=database_url(),
-            DESKHAND_QUEUE_POLL_SEC="0.05",
             PYTHONUNBUFFERED="1",
         )
         with self.log_path.open("a") as log:

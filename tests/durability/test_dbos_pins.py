@@ -144,6 +144,27 @@ def test_a_kick_wakes_the_queue_threads_without_stopping_them(dbos_executor):
     assert wait_terminal(str(run.pk), 60).status == "succeeded"
 
 
+def test_a_kick_that_comes_while_a_queue_worker_is_polling_makes_its_next_wait_return_at_once():
+    """A queue worker is asleep in ``wait`` only between polls: a kick that lands while it
+    polls (the enqueue committed just after its SELECT) must not be lost, or the kicked
+    work waits a whole polling interval (1 s for the model queues)."""
+    import threading
+
+    from deskhand import dbos_internals
+
+    kickable = dbos_internals.make_kickable(threading.Event())
+    t0 = time.monotonic()
+    assert kickable.wait(0.2) is False  # nothing pending: a full interval's sleep
+    assert time.monotonic() - t0 >= 0.19
+    kickable.kick()  # while this thread "polls"
+    t0 = time.monotonic()
+    assert kickable.wait(30) is False  # the latched kick: poll again now, not stopped
+    assert time.monotonic() - t0 < 1.0
+    t0 = time.monotonic()
+    assert kickable.wait(0.2) is False  # taken once, not forever
+    assert time.monotonic() - t0 >= 0.19
+
+
 def test_stopping_reaches_a_thread_that_went_to_sleep_before_the_event_was_made_kickable():
     """DBOS's queue manager sleeps a second at a time and was asleep in the plain ``wait()``
     when the event became kickable: a kick must not stop it, a real ``set()`` must, at once

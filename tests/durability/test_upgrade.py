@@ -269,7 +269,7 @@ def test_the_parked_run_keeps_the_plain_model_step_and_a_fresh_run_takes_the_rat
     if fixture["application_version"] != settings.DESKHAND_APP_VERSION:
         assert runs_move_version(from_version=fixture["application_version"]) == [run_id]
     ensure_in_process_executor()
-    register_model_queues(poll_sec=0.05)
+    register_model_queues()
     approval_decide(
         approval=Approval.objects.get(run_id=run_id, status="pending"),
         user=user("owner@northwind.test"),

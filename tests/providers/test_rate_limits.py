@@ -46,9 +46,9 @@ def one_call_per(dbos_executor) -> Iterator[float]:
     from deskhand.dbos_setup import register_model_queues
 
     period = 3.0
-    register_model_queues(rpm={"anthropic": 1}, period=period, poll_sec=0.05)
+    register_model_queues(rpm={"anthropic": 1}, period=period)
     yield period
-    register_model_queues(poll_sec=0.05)
+    register_model_queues()
 
 
 AFTER_A_WAIT = ["deskhand.limited_call", "DBOS.recv", "DBOS.sleep", "DBOS.sleep"]

@@ -312,7 +312,7 @@ class Command(DeskhandCommand):
             w(
                 f"model call overhead (no-op model; model queue polling {mc['model_queue_poll_s']} s):"
             )
-            for label in ("plain", "limited", "limited_poll_1s"):
+            for label in ("plain", "limited", "limited_poll_0.1s"):
                 f = mc[label]
                 w(
                     f"  {label:<16} {f['median_ms']:>7.1f} ms median {f['p95_ms']:>7.1f} ms p95"

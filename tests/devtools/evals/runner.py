@@ -57,7 +57,7 @@ class InProcessExecutor:
             notification_listener_polling_interval_sec=0.05,
             log_level=self.log_level,
         )
-        register_queues(poll_sec=0.05)
+        register_queues()
         self.running = True
 
     def stop(self) -> None:
