@@ -109,9 +109,19 @@ class _Tenant:
 
 
 def synthetic_generate(
-    n: int, *, days: int = 90, seed: int | None = None, now: dt.datetime | None = None
+    n: int,
+    *,
+    days: int = 90,
+    seed: int | None = None,
+    now: dt.datetime | None = None,
+    steps: bool = True,
 ) -> dict[str, int]:
-    """Add ``n`` finished runs (with steps, approvals, ledger rows, refunds) across all merchants."""
+    """Add ``n`` finished runs (with steps, approvals, ledger rows, refunds) across all merchants.
+
+    ``steps=False`` leaves out the step rows (each run still counts them, and everything
+    else is the same run for run): a volume test of pages that never read steps then
+    skips the million-odd rows that cost most of the time to encode.
+    """
     if n < 0:
         raise SyntheticError("n must be zero or more")
     merchants = list(Merchant.objects.order_by("id"))
@@ -133,7 +143,7 @@ def synthetic_generate(
     counts: dict[str, int] = {}
     with transaction.atomic():
         _people_and_tickets(tenants, n, rng, batch, end, span, counts)
-        _runs(tenants, n, rng, end, span, counts)
+        _runs(tenants, n, rng, end, span, counts, steps)
         with connection.cursor() as cur:
             for model in (Run, Step, Approval, LedgerEntry, Refund, Ticket):
                 cur.execute(f'ANALYZE "{model._meta.db_table}"')
@@ -350,9 +360,12 @@ _dumps = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
 class _RunBuilder:
     """One run's steps, appended in order with a clock that moves forward."""
 
-    def __init__(self, run_id: uuid.UUID, start: dt.datetime, rng: random.Random) -> None:
-        self.run_id, self.clock, self.rnd = run_id, start, rng.random
+    def __init__(
+        self, run_id: uuid.UUID, start: dt.datetime, rng: random.Random, keep: bool = True
+    ) -> None:
+        self.run_id, self.clock, self.rnd, self.keep = run_id, start, rng.random, keep
         self.rows: list[tuple[Any, ...]] = []
+        self.count = 0  # steps taken, kept or not
         self.tokens_in = self.tokens_out = self.cost = 0
 
     def _between(self, low: int, high: int) -> int:
@@ -377,10 +390,16 @@ class _RunBuilder:
         cost = between(*MODEL_COST) if model else 0
         ms = latency if latency is not None else (between(300, 2_500) if model else between(3, 80))
         self.clock += dt.timedelta(milliseconds=ms + between(1, 30))
+        self.count += 1
+        self.tokens_in += tin
+        self.tokens_out += tout
+        self.cost += cost
+        if not self.keep:
+            return self.clock
         self.rows.append(
             (
                 self.run_id,
-                len(self.rows) + 1,
+                self.count,
                 kind,
                 tool,
                 call,
@@ -399,9 +418,6 @@ class _RunBuilder:
                 self.clock,
             )
         )
-        self.tokens_in += tin
-        self.tokens_out += tout
-        self.cost += cost
         return self.clock
 
     def model_turn(self, text: str = "", tool: str = "", call: str = "", args: Any = None) -> None:
@@ -412,7 +428,7 @@ class _RunBuilder:
             content.append({"type": "tool_use", "id": call, "name": tool, "input": args or {}})
         self.add(
             "model",
-            args={"message_count": len(self.rows) + 1},
+            args={"message_count": self.count + 1},
             result={
                 "content": content,
                 "stop_reason": "tool_use" if tool else "end_turn",
@@ -430,6 +446,7 @@ def _runs(
     end: dt.datetime,
     span: float,
     counts: dict[str, int],
+    steps: bool = True,
 ) -> None:
     run_rows: list[tuple[Any, ...]] = []
     step_rows: list[tuple[Any, ...]] = []
@@ -445,7 +462,7 @@ def _runs(
         created = end - dt.timedelta(seconds=rng.random() * span)
         actor = rng.choice(t.actors)
         b = _RunBuilder(
-            run_id, created + dt.timedelta(milliseconds=50 + int(rng.random() * 850)), rng
+            run_id, created + dt.timedelta(milliseconds=50 + int(rng.random() * 850)), rng, steps
         )
         started = b.clock
         waited = 0.0
@@ -645,7 +662,7 @@ def _runs(
                 3,
                 created + dt.timedelta(seconds=900),
                 waited,
-                len(b.rows),
+                b.count,
                 b.tokens_in,
                 b.tokens_out,
                 b.cost,

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import datetime as dt
+
 import pytest
 from django.db.models import Count, Q, Sum
 
@@ -9,6 +11,8 @@ from agent.models import OPEN_STATUSES, LedgerEntry, Run, Step
 from agent.synthetic import SyntheticError, synthetic_generate
 from approvals.models import Approval
 from deskhand.desk.models import Refund
+
+NOW = dt.datetime(2026, 11, 1, tzinfo=dt.UTC)
 
 
 def test_it_refuses_without_merchants(db):
@@ -46,6 +50,26 @@ def test_runs_are_finished_spread_over_merchants_and_add_up(seeded):
         "error",
     )
     assert not Step.objects.filter(~Q(run__created_at__lte=models_F("created_at"))).exists()
+
+
+def test_without_steps_the_runs_are_the_same_runs_and_no_step_row_is_written(seeded):
+    from django.db import transaction
+
+    def runs() -> list[tuple]:
+        return list(
+            Run.objects.order_by("created_at").values_list(
+                "status", "steps", "cost_micros", "input_tokens", "created_at"
+            )
+        )
+
+    with transaction.atomic():
+        full = synthetic_generate(300, seed=9, now=NOW)
+        with_steps = runs()
+        transaction.set_rollback(True)
+    lean = synthetic_generate(300, seed=9, now=NOW, steps=False)
+    assert runs() == with_steps and full["steps"] > 300
+    assert lean["steps"] == 0 and not Step.objects.exists()
+    assert lean["approvals"] == full["approvals"] and lean["refunds"] == full["refunds"]
 
 
 def models_F(name: str):
