@@ -47,27 +47,27 @@ def reconcile(now: dt.datetime | None = None) -> dict[str, int]:
         "notes_resent": 0,
         "workflows_stopped": 0,
     }
-    open_runs = dict(Run.objects.filter(status__in=OPEN_STATUSES).values_list("pk", "status"))
-    open_ids = [str(pk) for pk in open_runs]
-    workflows = dbos_client.workflow_states(open_ids) if open_ids else {}
-    for pk, status in open_runs.items():
-        run_id = str(pk)
-        wf = workflows.get(run_id)
-        if status == RunStatus.CANCELLING:
-            # A cancel DBOS did not confirm at the time: ask again; mark cancelled once it holds.
-            if run_cancel_confirm(run_id=run_id, by="the reconciler"):
-                counts["cancelled"] += 1
-            continue
-        if wf is None:
-            run = Run.objects.get(pk=run_id)
-            lost = run.status == RunStatus.QUEUED and run.created_at < now - ENQUEUE_GRACE
-            if lost and run_mark_failed(
-                run_id=run_id,
-                reason=StopReason.ENQUEUE_LOST,
-                detail="the run was created but never handed to a worker",
-            ):
-                counts["enqueue_lost"] += 1
-            continue
+    # Only the runs that need something: thousands parked at the gate are fine and are
+    # never read into this process (one query each, in Postgres; docs/scaling.md).
+    table = Run._meta.db_table
+    for pk in Run.objects.filter(status=RunStatus.CANCELLING).values_list("pk", flat=True):
+        # A cancel DBOS did not confirm at the time: ask again; mark cancelled once it holds.
+        if run_cancel_confirm(run_id=str(pk), by="the reconciler"):
+            counts["cancelled"] += 1
+    for run_id in dbos_client.runs_without_workflow(
+        run_table=table, status=str(RunStatus.QUEUED), created_before=now - ENQUEUE_GRACE
+    ):
+        if run_mark_failed(
+            run_id=run_id,
+            reason=StopReason.ENQUEUE_LOST,
+            detail="the run was created but never handed to a worker",
+        ):
+            counts["enqueue_lost"] += 1
+    troubled = dbos_client.troubled_run_workflows(
+        run_table=table,
+        run_statuses=[str(s) for s in OPEN_STATUSES if s != RunStatus.CANCELLING],
+    )
+    for run_id, wf in troubled.items():
         if wf.status == "ERROR":
             if run_mark_failed(
                 run_id=run_id, reason=StopReason.ERROR, detail=f"workflow failed: {wf.error}"[:2000]
@@ -116,12 +116,9 @@ def stop_workflows_of_cancelled_runs() -> int:
     Since cancels wait for DBOS's confirmation none should exist; this sweeps the
     runs an older release marked cancelled while its cancel call failed.
     """
-    active = dbos_client.active_run_workflows()
-    if not active:
-        return 0
     stopped = 0
-    for pk in Run.objects.filter(pk__in=active, status=RunStatus.CANCELLED).values_list(
-        "pk", flat=True
+    for pk in dbos_client.runs_with_active_workflow(
+        run_table=Run._meta.db_table, status=str(RunStatus.CANCELLED)
     ):
         try:
             state = dbos_client.cancel_run_workflow(str(pk))

@@ -273,18 +273,67 @@ def workflow_states(run_ids: list[str]) -> dict[str, WorkflowState]:
     return out
 
 
-def active_run_workflows(limit: int = 5000) -> list[str]:
-    """Ids of run workflows DBOS still holds as able to act (``PENDING``/``ENQUEUED``)."""
-    return [
-        wf.workflow_id
-        for wf in client().list_workflows(
-            status=list(ACTIVE_WORKFLOW_STATES),
-            name=WORKFLOW_NAME,
-            load_input=False,
-            load_output=False,
-            limit=limit,
+# The reconciler's questions, each one query joining a run table with DBOS's own
+# ``workflow_status`` (both live in this database). Asked every few seconds with thousands
+# of runs parked, they must cost what the answer costs, not what the parked runs cost:
+# listing every open run's workflow through the client was O(parked) Python each pass
+# (docs/scaling.md, "Idle cost").
+TROUBLED_WORKFLOW_STATES = ("ERROR", "MAX_RECOVERY_ATTEMPTS_EXCEEDED", "CANCELLED")
+
+
+def troubled_run_workflows(*, run_table: str, run_statuses: list[str]) -> dict[str, WorkflowState]:
+    """Runs in ``run_statuses`` whose workflow DBOS records as failed, out of recovery
+    attempts, or cancelled, by run id."""
+    with connections["default"].cursor() as cur:
+        cur.execute(
+            f'SELECT w.workflow_uuid, w.status, w.error FROM "{run_table}" r'
+            " JOIN dbos.workflow_status w ON w.workflow_uuid = r.id::text"
+            " WHERE r.status = ANY(%s) AND w.status = ANY(%s)",
+            [run_statuses, list(TROUBLED_WORKFLOW_STATES)],
         )
-    ]
+        return {
+            wf_id: WorkflowState(wf_id, status, _error_text(error))
+            for wf_id, status, error in cur.fetchall()
+        }
+
+
+def runs_without_workflow(*, run_table: str, status: str, created_before: dt.datetime) -> list[str]:
+    """Runs in ``status`` created before ``created_before`` that have no workflow at all."""
+    with connections["default"].cursor() as cur:
+        cur.execute(
+            f'SELECT r.id::text FROM "{run_table}" r WHERE r.status = %s AND r.created_at < %s'
+            " AND NOT EXISTS (SELECT 1 FROM dbos.workflow_status w"
+            " WHERE w.workflow_uuid = r.id::text)",
+            [status, created_before],
+        )
+        return [r[0] for r in cur.fetchall()]
+
+
+def runs_with_active_workflow(*, run_table: str, status: str) -> list[str]:
+    """Runs in ``status`` whose run workflow DBOS still holds as able to act."""
+    with connections["default"].cursor() as cur:
+        cur.execute(
+            f'SELECT w.workflow_uuid FROM dbos.workflow_status w JOIN "{run_table}" r'
+            " ON r.id::text = w.workflow_uuid"
+            " WHERE w.name = %s AND w.status = ANY(%s) AND r.status = %s",
+            [WORKFLOW_NAME, list(ACTIVE_WORKFLOW_STATES), status],
+        )
+        return [r[0] for r in cur.fetchall()]
+
+
+def _error_text(raw: str | None) -> str | None:
+    """DBOS stores a workflow's error serialized; the reconciler wants a readable line."""
+    if raw is None:
+        return None
+    try:
+        import json
+
+        data = json.loads(raw)
+    except ValueError:
+        return raw
+    if isinstance(data, dict):
+        return str(data.get("message") or data.get("name") or raw)
+    return str(data)
 
 
 def workflow_steps(run_id: str) -> list[dict[str, Any]]:

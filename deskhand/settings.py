@@ -284,6 +284,12 @@ DESKHAND_MERCHANT_MODEL_CALLS = int(os.environ.get("DESKHAND_MERCHANT_MODEL_CALL
 DESKHAND_HEARTBEAT_SEC = float(os.environ.get("DESKHAND_HEARTBEAT_SEC", "1"))
 DESKHAND_TAKEOVER_GRACE_SEC = float(os.environ.get("DESKHAND_TAKEOVER_GRACE_SEC", "10"))
 DESKHAND_TAKEOVER_SCAN_SEC = float(os.environ.get("DESKHAND_TAKEOVER_SCAN_SEC", "2"))
+# How often a worker looks for its own runs stranded PENDING (their coroutine died with a
+# Postgres restart): every takeover scan for this long after it re-took its lease, which
+# is when they strand, and otherwise every STRANDED_CHECK seconds. The look reads every
+# run this worker holds, so at every scan it cost idle CPU in proportion to parked runs.
+DESKHAND_STRANDED_WINDOW_SEC = float(os.environ.get("DESKHAND_STRANDED_WINDOW_SEC", "120"))
+DESKHAND_STRANDED_CHECK_SEC = float(os.environ.get("DESKHAND_STRANDED_CHECK_SEC", "60"))
 # A restarted worker hands its own pending runs back a BATCH at a time, while fewer than
 # MAX_REPLAYING replay, runs with a decision waiting first (docs/scaling.md).
 DESKHAND_RECOVERY_BATCH = int(os.environ.get("DESKHAND_RECOVERY_BATCH", "32"))

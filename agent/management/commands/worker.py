@@ -97,7 +97,13 @@ class Command(DeskhandCommand):
         outage.reached()
         self.check()
         install(lease)
-        lease.on_retaken = sweep_now
+        retaken_at = [time.monotonic()]  # launching counts: a crash may have stranded runs
+
+        def retaken() -> None:
+            sweep_now()
+            retaken_at[0] = time.monotonic()
+
+        lease.on_retaken = retaken
         lease.on_unreachable = outage.failed
         lease.on_reachable = outage.reached
         lease.start()
@@ -129,14 +135,20 @@ class Command(DeskhandCommand):
         scanner = Scanner(lease)
         scan_every = settings.DESKHAND_TAKEOVER_SCAN_SEC
         tick = min(scan_every, opts["reconcile_every"], 1.0)
-        next_scan = next_reconcile = time.monotonic()
+        next_scan = next_reconcile = next_stranded = time.monotonic()
         while not stop.wait(tick):
             now = time.monotonic()
             if now >= next_scan:
                 next_scan = now + scan_every
                 try:
                     close_old_connections()
-                    stranded = recover_own_stranded(executor_id, settings.DESKHAND_APP_VERSION)
+                    stranded = []
+                    if (
+                        now >= next_stranded
+                        or now - retaken_at[0] < settings.DESKHAND_STRANDED_WINDOW_SEC
+                    ):
+                        next_stranded = now + settings.DESKHAND_STRANDED_CHECK_SEC
+                        stranded = recover_own_stranded(executor_id, version)
                     if stranded:
                         events.emit(
                             "worker.stranded_recovered", executor_id=executor_id, runs=len(stranded)
