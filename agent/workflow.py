@@ -41,7 +41,7 @@ from agent.loop import run_agent
 from agent.runtime import current_step_id
 from agent.turns import model_turn, turn
 from deskhand.dbos_client import LIMITED_CALL_NAME, WORKFLOW_NAME
-from deskhand.dbos_setup import kick_queues, model_queue
+from deskhand.dbos_setup import kick_queues, model_queue, queues_kicked_while_waiting
 from deskhand.fleet.lease import guard
 
 T = TypeVar("T")
@@ -181,15 +181,17 @@ class DBOSRuntime:
         if queue is None:
             return await self.step(name, fn, *args)
         handle = await DBOS.enqueue_workflow_async(queue, limited_call, key, *args)
-        # This worker polls at once rather than at its next tick; the limiter still decides.
-        kick_queues()
         # The child sends its output (LISTEN/NOTIFY wakes this recv, no thread held): DBOS's
         # own getResult polls once a second, which would add ~1 s to every call
         # (docs/rate-limits.md). A message that never comes falls back to getResult.
         topic = f"{LIMITED_TOPIC}:{handle.get_workflow_id()}"
-        msg = await DBOS.recv_async(topic, timeout_seconds=settings.DESKHAND_LIMITED_WAIT_SEC)
-        if msg is None:
-            msg = {"output": await handle.get_result()}
+        # This worker polls at once rather than at its next tick, and then once a second
+        # while the call waits (the limiter may hold it); idle, the queue polls rarely.
+        with queues_kicked_while_waiting():
+            kick_queues()
+            msg = await DBOS.recv_async(topic, timeout_seconds=settings.DESKHAND_LIMITED_WAIT_SEC)
+            if msg is None:
+                msg = {"output": await handle.get_result()}
         if "error" in msg:
             raise LimitedCallFailed(msg["error"])
         result: T = msg["output"]

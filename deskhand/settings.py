@@ -266,11 +266,12 @@ DESKHAND_MODEL_RPM = {
     if name.strip() and rpm.strip() and int(rpm) > 0
 }
 DESKHAND_MODEL_LIMIT_PERIOD_SEC = float(os.environ.get("DESKHAND_MODEL_LIMIT_PERIOD_SEC", "60"))
-# The model queues' polling interval. The worker that enqueues a call kicks its own queue
-# threads (deskhand.dbos_setup.kick_queues), so pickup never waits for a tick; the interval
-# only spaces the retries of a call held by the limiter (≤ 1 s on a wait of up to a period).
-# 0.1 s cost ~10% of a core per worker with nothing to do (docs/scaling.md, "Idle cost").
-DESKHAND_MODEL_QUEUE_POLL_SEC = float(os.environ.get("DESKHAND_MODEL_QUEUE_POLL_SEC", "1.0"))
+# The model queues' polling interval, a fallback only. The worker that enqueues a call
+# kicks its own queue threads at once, and once a second while the call waits
+# (deskhand.dbos_setup.queues_kicked_while_waiting), so a call held by the limiter starts
+# within ~1 s of its slot freeing; idle, nothing polls fast. 0.1 s polling all day cost ~10%
+# of a core per worker, 1 s ~2% (docs/scaling.md, "Idle cost, explained").
+DESKHAND_MODEL_QUEUE_POLL_SEC = float(os.environ.get("DESKHAND_MODEL_QUEUE_POLL_SEC", "10"))
 # How long a run waits for its limited call's message before asking DBOS for the child's
 # result directly (which polls once a second): only a lost message ever gets that far.
 DESKHAND_LIMITED_WAIT_SEC = float(os.environ.get("DESKHAND_LIMITED_WAIT_SEC", "3600"))
