@@ -24,7 +24,7 @@ from django.core.management.base import BaseCommand, CommandError, handle_defaul
 from django.db import connections
 
 from deskhand.desk.permissions import NotAllowed, NotVisible
-from deskhand.edge.errors import database_detail, is_database_unavailable
+from deskhand.edge.errors import database_detail, is_database_unavailable, is_database_unmigrated
 
 
 class CliError(CommandError):
@@ -82,6 +82,12 @@ class DeskhandCommand(BaseCommand):
         except CommandError:
             raise
         except Exception as exc:
+            if is_database_unmigrated(exc):
+                raise CliError(
+                    f"The database has no Deskhand tables ({database_detail(exc)}): run"
+                    f" `python manage.py migrate` first, so {self.not_done}.",
+                    code="database_not_migrated",
+                ) from None
             if not is_database_unavailable(exc):
                 raise
             raise CliError(

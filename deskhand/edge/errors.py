@@ -42,6 +42,20 @@ def is_database_unavailable(exc: BaseException | None) -> bool:
     return False
 
 
+def is_database_unmigrated(exc: BaseException | None) -> bool:
+    """True when ``exc`` (or what it wraps) is a query on a table that does not exist yet:
+    the database is reachable but nobody ran ``migrate`` on it."""
+    import psycopg
+
+    seen: set[int] = set()
+    while exc is not None and id(exc) not in seen:
+        if isinstance(exc, psycopg.errors.UndefinedTable):
+            return True
+        seen.add(id(exc))
+        exc = exc.__cause__ or exc.__context__
+    return False
+
+
 def database_detail(exc: BaseException) -> str:
     """The driver's first line, without the noise (for a one-sentence message)."""
     lines = str(exc).strip().splitlines()

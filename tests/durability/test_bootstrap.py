@@ -115,3 +115,29 @@ def test_database_url_query_options_reach_django_and_dbos(db):
     assert seen["django_timeout"] == seen["dbos_timeout"] == seen["pool_timeout"] == "4321ms"
     # DBOS labels its pools itself, over the URL's application_name.
     assert seen["pool_name"] == "dbos_transact_client"
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["worker", "--executor-id", "unmigrated-probe"],
+        ["cancel", str(uuid.UUID(int=0)), "--as", "owner@northwind.test"],
+    ],
+    ids=["worker", "cancel"],
+)
+def test_a_command_on_a_database_nobody_migrated_says_run_migrate_in_one_sentence(
+    other_database, argv
+):
+    env = {k: v for k, v in os.environ.items() if k != "DJANGO_SETTINGS_MODULE"}
+    env["DATABASE_URL"] = other_database.replace("postgresql+psycopg://", "postgresql://", 1)
+    done = subprocess.run(
+        [sys.executable, "manage.py", *argv],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 1, done.stderr[-2000:]
+    assert "Traceback" not in done.stderr, done.stderr[-2000:]
+    assert "run `python manage.py migrate` first" in done.stderr, done.stderr[-2000:]
