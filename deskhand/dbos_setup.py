@@ -51,6 +51,11 @@ def config(executor_id: str, **overrides: Any) -> DBOSConfig:
         "serializer": DBOSPortableJSONSerializer(),
         "run_migrations": True,
         "notification_listener_polling_interval_sec": 0.1,
+        # DBOS's notifier thread wakes every ``notification_coalesce_sec`` (0.01 by default:
+        # 1% of a core, idle) to flush NOTIFYs for workflow events and streams, neither of
+        # which Deskhand uses; send/recv (approvals, notes, model results) wake through the
+        # notifications table's own trigger and never wait for it.
+        "notification_coalesce_sec": 0.5,
         # Parked runs hold no thread (async recv); the cap keeps the pool bounded.
         "max_executor_threads": int(os.environ.get("DESKHAND_MAX_EXECUTOR_THREADS", "32")),
         "sys_db_pool_size": int(os.environ.get("DESKHAND_SYS_DB_POOL", "10")),

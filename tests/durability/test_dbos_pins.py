@@ -211,3 +211,15 @@ def test_a_workflow_stranded_pending_under_its_own_live_executor_is_re_enqueued(
     assert dbos_internals.recover_own_stranded("pytest-inprocess", version, 0) == []
     decide(Run.objects.get(pk=run_id), "owner@northwind.test")
     assert wait_terminal(run_id, 60).status == "succeeded"
+
+
+def test_the_notifier_idles_at_half_a_second_and_a_decision_still_wakes_its_run(dbos_executor):
+    """DBOS's notifier flushes only events and streams (Deskhand uses neither): stretched to
+    0.5 s it stops waking 100 times a second, and a recv still wakes on the table's trigger
+    (the bench's approval_wake_p95_ms measures how soon)."""
+    from dbos._dbos import _get_dbos_instance
+
+    assert _get_dbos_instance()._sys_db._notification_coalesce_sec == 0.5
+    run = wait_parked(str(start("NW-1", "owner@northwind.test").id))
+    decide(run, "owner@northwind.test")
+    assert wait_terminal(str(run.pk), 30).status == "succeeded"
