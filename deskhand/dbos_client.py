@@ -15,6 +15,7 @@ scheduled sweeps (``approvals/sweep.py``, ``agent/retention_sweep.py``). This mo
 from __future__ import annotations
 
 import datetime as dt
+import json
 import threading
 import uuid
 from dataclasses import dataclass
@@ -326,8 +327,6 @@ def _error_text(raw: str | None) -> str | None:
     if raw is None:
         return None
     try:
-        import json
-
         data = json.loads(raw)
     except ValueError:
         return raw

@@ -249,7 +249,7 @@ class _Kicker:
         self.thread: threading.Thread | None = None
         self.event: Any = None
         self.waiting = 0  # model calls of this process waiting on a queue (``kicked_while``)
-        self._count = threading.Lock()
+        self._waiting_lock = threading.Lock()
 
     @contextmanager
     def kicked_while(self) -> Iterator[None]:
@@ -259,12 +259,12 @@ class _Kicker:
         frees. Polling every queue fast all day for that cost ~10% of a core per idle
         worker; this polls fast only while a call of this process is actually waiting.
         """
-        with self._count:
+        with self._waiting_lock:
             self.waiting += 1
         try:
             yield
         finally:
-            with self._count:
+            with self._waiting_lock:
                 self.waiting -= 1
 
     def start(self) -> None:

@@ -1,4 +1,4 @@
-"""Telling "the database is down or restarting" apart from every other error.
+"""Telling "the database is down or restarting" (or "not migrated") apart from every other error.
 
 Django, psycopg and SQLAlchemy (which DBOS uses) each have their own classes
 for it; a wrapper may hide the original in its ``__cause__`` or ``__context__``.
@@ -31,15 +31,20 @@ def _unavailable_types() -> tuple[type[BaseException], ...]:
 UNAVAILABLE = _unavailable_types()
 
 
-def is_database_unavailable(exc: BaseException | None) -> bool:
-    """True when ``exc`` (or what it wraps) says the database could not be reached or used."""
+def _caused_by(exc: BaseException | None, types: tuple[type[BaseException], ...]) -> bool:
+    """Whether ``exc`` or anything in its cause/context chain is one of ``types``."""
     seen: set[int] = set()
     while exc is not None and id(exc) not in seen:
-        if isinstance(exc, UNAVAILABLE):
+        if isinstance(exc, types):
             return True
         seen.add(id(exc))
         exc = exc.__cause__ or exc.__context__
     return False
+
+
+def is_database_unavailable(exc: BaseException | None) -> bool:
+    """True when ``exc`` (or what it wraps) says the database could not be reached or used."""
+    return _caused_by(exc, UNAVAILABLE)
 
 
 def is_database_unmigrated(exc: BaseException | None) -> bool:
@@ -47,13 +52,7 @@ def is_database_unmigrated(exc: BaseException | None) -> bool:
     the database is reachable but nobody ran ``migrate`` on it."""
     import psycopg
 
-    seen: set[int] = set()
-    while exc is not None and id(exc) not in seen:
-        if isinstance(exc, psycopg.errors.UndefinedTable):
-            return True
-        seen.add(id(exc))
-        exc = exc.__cause__ or exc.__context__
-    return False
+    return _caused_by(exc, (psycopg.errors.UndefinedTable,))
 
 
 def database_detail(exc: BaseException) -> str:

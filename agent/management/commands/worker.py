@@ -97,11 +97,12 @@ class Command(DeskhandCommand):
         outage.reached()
         self.check()
         install(lease)
-        retaken_at = [time.monotonic()]  # launching counts: a crash may have stranded runs
+        retaken_at = time.monotonic()  # launching counts: a crash may have stranded runs
 
         def retaken() -> None:
+            nonlocal retaken_at
             sweep_now()
-            retaken_at[0] = time.monotonic()
+            retaken_at = time.monotonic()
 
         lease.on_retaken = retaken
         lease.on_unreachable = outage.failed
@@ -145,7 +146,7 @@ class Command(DeskhandCommand):
                     stranded = []
                     if (
                         now >= next_stranded
-                        or now - retaken_at[0] < settings.DESKHAND_STRANDED_WINDOW_SEC
+                        or now - retaken_at < settings.DESKHAND_STRANDED_WINDOW_SEC
                     ):
                         next_stranded = now + settings.DESKHAND_STRANDED_CHECK_SEC
                         stranded = recover_own_stranded(executor_id, version)
