@@ -144,7 +144,8 @@ def write(results: dict[str, Any], docs: Path, command: str) -> list[Path]:
         f" start and {r.get('load_end', '?')} at the end (other engineers' suites share it).",
         f"Bench wall time {r.get('wall_s', 0) / 60:.1f} min. Queue poll {r.get('queue_poll_s')} s,"
         f" takeover grace {r.get('takeover_grace_s')} s, heartbeat {r.get('heartbeat_s')} s,"
-        f" per-run recv re-check {r.get('recv_recheck_s')} s, worker sweep {r.get('recv_sweep_s')} s.",
+        f" per-run recv re-check {r.get('recv_recheck_s')} s, worker sweep {r.get('recv_sweep_s')} s;"
+        f" each idle figure averaged over {r.get('idle_window_s', '?')} s.",
         "",
         "## Targets",
         "",

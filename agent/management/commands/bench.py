@@ -76,7 +76,11 @@ class Command(DeskhandCommand):
         parser.add_argument("--runs", type=int, default=None, help="runs per throughput burst")
         parser.add_argument("--pickup", type=int, default=None, help="runs for pickup latency")
         parser.add_argument(
-            "--window", type=float, default=None, metavar="S", help="seconds per idle measurement"
+            "--window",
+            type=float,
+            default=None,
+            metavar="S",
+            help="seconds per idle measurement (default 60; 10 with --quick)",
         )
         parser.add_argument("--no-fleet", action="store_true", help="skip the worker processes")
         parser.add_argument(
@@ -192,6 +196,13 @@ class Command(DeskhandCommand):
             db["NAME"] = connections["default"].settings_dict["NAME"] = original
             db["CONN_MAX_AGE"] = connections["default"].settings_dict["CONN_MAX_AGE"] = age
 
+    def _idle_window(self) -> float:
+        """Seconds each idle figure is averaged over. The default spans the worker's 30-s
+        recv sweep twice: a 10-s window (the parked levels' until 2026-12-03) could fall
+        between sweeps and leave out a periodic cost."""
+        window = self.opts["window"]
+        return float(window) if window else (10.0 if self.opts["quick"] else 60.0)
+
     def _stop_executor(self) -> None:
         if self.launched:
             from deskhand.dbos_setup import stop_executor
@@ -237,6 +248,7 @@ class Command(DeskhandCommand):
             "recv_sweep_s": settings.DESKHAND_RECV_SWEEP_SEC,
             "conn_max_age": settings.DATABASES["default"].get("CONN_MAX_AGE"),
             "plan": {k: v for k, v in plan.items()},
+            "idle_window_s": self._idle_window(),
             # Measured only with worker processes (not with --no-fleet).
             "runs_per_s_2_workers": None,
             "kill_to_resume_s": None,
@@ -264,7 +276,7 @@ class Command(DeskhandCommand):
             inproc.steps(plan["samples"])
             inproc.nw2()
             install_override("*", LoadProvider())
-            inproc.pickup(plan["pickup"], start=1, window=self.opts["window"] or 10.0)
+            inproc.pickup(plan["pickup"], start=1, window=self._idle_window())
             inproc.throughput(plan["runs"], start=10_000)
             crew = None
             if self.opts["park_workers"]:
@@ -276,7 +288,7 @@ class Command(DeskhandCommand):
                 inproc.parked(
                     plan["parked"],
                     plan["wake"],
-                    window=10.0 if not self.opts["quick"] else 5.0,
+                    window=self._idle_window(),
                     crew=crew,
                 )
             finally:
