@@ -224,10 +224,13 @@ class Fleet:
                 [self.conninfo["dbname"]],
             )
 
-    def restart_with_parked(self, executor_id: str, listener: Listener, decide: int) -> None:
+    def restart_with_parked(
+        self, executor_id: str, listener: Listener, decide: int, window: float
+    ) -> None:
         """The in-process executor is gone, its parked runs PENDING under its id (as after a
         SIGKILL). Decide a few while nothing runs, start a worker with that id, time until
-        each decision took effect (its gate.resume committed) and until all re-parked."""
+        each decision took effect (its gate.resume committed) and until all re-parked; then
+        what the worker costs holding them (``_worker_idle``)."""
         import random
 
         from django.db import connection
@@ -267,6 +270,7 @@ class Fleet:
 
         until(lambda: left() == 0, max(120.0, parked * 0.2), every=0.5)
         all_s = time.perf_counter() - t0
+        self._worker_idle(w, parked - len(marks), window)
         self.out.update(
             restart_parked_runs=parked,
             restart_ready_s=round(ready, 2),
@@ -288,6 +292,38 @@ class Fleet:
                 " WHERE status IN ('queued', 'running', 'awaiting_approval')"
             )
         self.progress.advance(5)
+
+    def _worker_idle(self, w: Worker, held: int, window: float) -> None:
+        """A real ``manage.py worker`` holding ``held`` parked runs: its threads, RSS and
+        CPU over ``window`` seconds once it has settled (the in-process figures leave out
+        the worker's own loop: lease, takeover scan, reconciler).
+
+        Handed back is not yet re-parked: each run replays to its gate after it is
+        dequeued. Settled means two 5-s slices in a row under a tenth of a core.
+        """
+        assert w.proc is not None
+        proc = psutil.Process(w.proc.pid)
+
+        def cpu() -> float:
+            t = proc.cpu_times()
+            return float(t.user + t.system)
+
+        quiet, deadline = 0, time.monotonic() + max(120.0, held * 0.1)
+        while quiet < 2 and time.monotonic() < deadline:
+            c0 = cpu()
+            time.sleep(5.0)
+            quiet = quiet + 1 if (cpu() - c0) / 5.0 < 0.1 else 0
+        c0, n0, t0 = cpu(), self._commits(), time.monotonic()
+        time.sleep(window)
+        dt = time.monotonic() - t0
+        self.out.update(
+            worker_parked_runs=held,
+            worker_parked_settled=quiet >= 2,
+            worker_parked_threads=proc.num_threads(),
+            worker_parked_rss_mb=round(proc.memory_info().rss / 1024 / 1024, 1),
+            worker_parked_idle_cpu_pct=round((cpu() - c0) / dt * 100, 1),
+            worker_parked_idle_commits_per_s=round((self._commits() - n0 - 1) / dt, 1),
+        )
 
     # --- SIGKILL → resumed, and takeover -----------------------------------------------------
 

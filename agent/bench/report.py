@@ -37,7 +37,10 @@ DEFINITIONS = [
         "enqueue_to_first_step_p50/p95_ms",
         "Idle worker, one run at a time arriving at a random point of the queue poll: the workflow row's `created_at` → its first step's start.",
     ),
-    ("idle_worker_cpu_pct", "The executor process's CPU over 10 s with nothing to do."),
+    (
+        "idle_worker_cpu_pct",
+        "The executor process's CPU over the idle window (`idle_window_s`) with nothing to do.",
+    ),
     (
         "runs_per_s_direct / _queue",
         "N QUICK runs (one read, then done) started with `DBOS.start_workflow`, or enqueued on `deskhand-runs`: N ÷ first start → last finished.",
@@ -49,6 +52,10 @@ DEFINITIONS = [
     (
         "parked_threads / _rss_mb / _idle_cpu_pct",
         "The executor process with `parked_runs` waiting at the gate: OS threads, RSS, CPU over an idle window.",
+    ),
+    (
+        "worker_parked_threads / _rss_mb / _idle_cpu_pct",
+        "A real `manage.py worker` holding every run the in-process phase left parked (`worker_parked_runs`, after the restart below, once two 5-s slices in a row used under a tenth of a core): OS threads, RSS, CPU over the idle window. Includes what the in-process figures leave out: the lease heartbeat, the takeover scan, the reconciler.",
     ),
     (
         "kill_to_resume_s",
@@ -75,6 +82,9 @@ TARGETS = [
     ("parked_threads", "≤", 64),
     ("parked_rss_mb", "≤", 512),
     ("parked_idle_cpu_pct", "≤", 5.0),
+    ("worker_parked_threads", "≤", 64),
+    ("worker_parked_rss_mb", "≤", 512),
+    ("worker_parked_idle_cpu_pct", "≤", 5.0),
     ("kill_to_resume_s", "≤", 3.0),
     ("restart_decision_s", "≤", 10.0),
     ("takeover_s", "≤", 30.0),

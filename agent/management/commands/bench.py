@@ -303,7 +303,9 @@ class Command(DeskhandCommand):
 
                     dj.close_all()
                     fleet.drop_leftovers()
-                    fleet.restart_with_parked(executor_id, inproc.listener, decide=5)
+                    fleet.restart_with_parked(
+                        executor_id, inproc.listener, decide=5, window=self._idle_window()
+                    )
                     fleet.throughput(plan["runs"], start=20_000)
                     fleet.kill_to_resume(inproc.listener, start=30_000)
                     fleet.takeover(start=30_100)
@@ -375,6 +377,12 @@ class Command(DeskhandCommand):
                 f" {r['restart_ready_s']} s; decisions sent while down took effect"
                 f" {r['restart_decision_s']} s after ready; all handed back after"
                 f" {r['restart_all_handed_back_s']} s"
+            )
+            w(
+                f"worker holding {r['worker_parked_runs']} parked: {r['worker_parked_threads']}"
+                f" threads, {r['worker_parked_rss_mb']} MB, idle {r['worker_parked_idle_cpu_pct']}%"
+                f" CPU, {r['worker_parked_idle_commits_per_s']} commits/s"
+                + ("" if r["worker_parked_settled"] else " (never settled: replay still running)")
             )
             w(
                 f"SIGKILL → resumed after restart {r['kill_to_resume_s']} s (restart to ready"
