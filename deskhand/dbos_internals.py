@@ -213,6 +213,25 @@ def replaying() -> int:
 # --- parked runs: one sweep per worker instead of one timer per waiting recv ---------------
 
 
+def set_internal_queue_poll(seconds: float) -> None:
+    """Poll DBOS's own queue (recovery, schedules) every ``seconds`` instead of every second.
+
+    Every poll of a queue counts this executor's active workflows in a Python loop over all
+    of them (``count_for_queue``), parked runs included: at 10,000 parked each queue's poll
+    cost a point of a core idle. The internal queue is an in-memory ``Queue`` whose interval
+    the queue thread re-reads before each wait, and the LISTEN kick wakes it like the others.
+    """
+    from dbos._dbos import _get_dbos_instance
+
+    _get_dbos_instance()._registry.get_internal_queue()._polling_interval_sec = float(seconds)
+
+
+def internal_queue_poll_seconds() -> float:
+    from dbos._dbos import _get_dbos_instance
+
+    return float(_get_dbos_instance()._registry.get_internal_queue()._polling_interval_sec)
+
+
 def stretch_recv_recheck(seconds: float) -> None:
     """Make each waiting ``recv`` re-check the database only every ``seconds`` on its own."""
     _sys_db()._notification_fallback_polling_interval = float(seconds)

@@ -249,11 +249,12 @@ def release_version() -> str:
 
 DESKHAND_APP_VERSION = release_version()
 DESKHAND_QUEUE = "deskhand-runs"
-# How often queue workers poll when nothing tells them to. Enqueueing NOTIFYs
-# deskhand_queue, and every worker LISTENs and polls at once (deskhand.dbos_setup), so the
-# interval is only the fallback for a lost notification: long is cheap when idle
-# (docs/scaling.md, "Queue polling").
-DESKHAND_QUEUE_POLL_SEC = float(os.environ.get("DESKHAND_QUEUE_POLL_SEC", "1.0"))
+# How often the runs queue and DBOS's internal queue poll when nothing tells them to.
+# Enqueueing NOTIFYs deskhand_queue, and every worker LISTENs and polls at once
+# (deskhand.dbos_setup), so the interval is only the fallback for a lost notification and
+# for DBOS's own enqueues (schedules): long is cheap when idle, and each poll walks every
+# active workflow of the worker, parked ones included (docs/fleet.md, "Queue polling").
+DESKHAND_QUEUE_POLL_SEC = float(os.environ.get("DESKHAND_QUEUE_POLL_SEC", "5.0"))
 # Model calls per provider across every worker (docs/rate-limits.md): each call is a child
 # workflow on the DBOS queue ``model-<provider>`` with limiter {limit: RPM, period}. A
 # provider not named here (the scripted policy) is unlimited: a plain step, no queue.

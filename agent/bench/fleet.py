@@ -19,7 +19,7 @@ from urllib.parse import quote
 
 import psutil
 
-from agent.bench.probes import Listener, Progress, until
+from agent.bench.probes import Listener, Progress, settle, until
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -299,7 +299,7 @@ class Fleet:
         the worker's own loop: lease, takeover scan, reconciler).
 
         Handed back is not yet re-parked: each run replays to its gate after it is
-        dequeued. Settled means two 5-s slices in a row under a tenth of a core.
+        dequeued, so the window starts once the worker has settled (``probes.settle``).
         """
         assert w.proc is not None
         proc = psutil.Process(w.proc.pid)
@@ -308,17 +308,13 @@ class Fleet:
             t = proc.cpu_times()
             return float(t.user + t.system)
 
-        quiet, deadline = 0, time.monotonic() + max(120.0, held * 0.1)
-        while quiet < 2 and time.monotonic() < deadline:
-            c0 = cpu()
-            time.sleep(5.0)
-            quiet = quiet + 1 if (cpu() - c0) / 5.0 < 0.1 else 0
+        settled = settle(cpu, min(window, 5.0), timeout=max(120.0, held * 0.1))
         c0, n0, t0 = cpu(), self._commits(), time.monotonic()
         time.sleep(window)
         dt = time.monotonic() - t0
         self.out.update(
             worker_parked_runs=held,
-            worker_parked_settled=quiet >= 2,
+            worker_parked_settled=settled,
             worker_parked_threads=proc.num_threads(),
             worker_parked_rss_mb=round(proc.memory_info().rss / 1024 / 1024, 1),
             worker_parked_idle_cpu_pct=round((cpu() - c0) / dt * 100, 1),

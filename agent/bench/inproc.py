@@ -17,12 +17,14 @@ from django.db import close_old_connections
 
 from agent.bench.probes import (
     BENCH_APP,
+    GcClock,
     Listener,
     Progress,
     cpu_seconds,
     median,
     pct,
     rss_mb,
+    settle,
     threads,
     until,
 )
@@ -129,13 +131,15 @@ class InProcess:
         clear_overrides()  # NW-2 on the keyless policy model, as the demo runs it
         ticket = Ticket.objects.select_related("merchant").get(reference="NW-2")
         owner = ticket.merchant.memberships.get(role="owner").user
-        _, idle_rate = self._idle(2.0)
-        c0, t0 = self.commits(), time.monotonic()
+        x0, t0 = self.xids(), time.monotonic()
+        time.sleep(2.0)
+        idle_rate = (self.xids() - x0 - 1) / (time.monotonic() - t0)
+        x0, t0 = self.xids(), time.monotonic()
         run = run_start(ticket=ticket, user=owner)
         if not until(partial(_ended, run.pk), 120):
             raise RuntimeError(f"the NW-2 run {run.id} did not finish within 120 s")
         time.sleep(0.5)  # its last checkpoint
-        commits = self.commits() - c0 - idle_rate * (time.monotonic() - t0)
+        commits = self.xids() - x0 - 1 - idle_rate * (time.monotonic() - t0)
         steps = workflow_steps(str(run.pk))
         rows = Step.objects.filter(run=run).count()
         names: dict[str, int] = {}
@@ -256,15 +260,8 @@ class InProcess:
 
     # --- parked runs -------------------------------------------------------------------------
 
-    def commits(self) -> int:
-        with psycopg.connect(**self.conninfo, autocommit=True, application_name=BENCH_APP) as c:
-            row = c.execute(
-                "SELECT xact_commit FROM pg_stat_database WHERE datname = %s",
-                [self.conninfo["dbname"]],
-            ).fetchone()
-            return int(row[0]) if row else 0
-
-    def _idle(self, window: float) -> tuple[float, float]:
+    def _idle(self, window: float) -> tuple[float, float, GcClock]:
+        """CPU % of a core and commits/s over ``window``, and the collector's share of it."""
         with psycopg.connect(**self.conninfo, autocommit=True, application_name=BENCH_APP) as c:
 
             def commits() -> int:
@@ -274,10 +271,23 @@ class InProcess:
                 ).fetchone()
                 return int(row[0]) if row else 0
 
-            cpu0, n0, t0 = cpu_seconds(), commits(), time.monotonic()
-            time.sleep(window)
-            dt = time.monotonic() - t0
-            return (cpu_seconds() - cpu0) / dt * 100, (commits() - n0 - 1) / dt
+            with GcClock() as gc_clock:
+                cpu0, n0, t0 = cpu_seconds(), commits(), time.monotonic()
+                time.sleep(window)
+                dt = time.monotonic() - t0
+                cpu = (cpu_seconds() - cpu0) / dt * 100
+            return cpu, (commits() - n0 - 1) / dt, gc_clock
+
+    def xids(self) -> int:
+        """Transactions that wrote (each takes a transaction id), counted at once.
+
+        ``pg_stat_database.xact_commit`` is flushed by each backend only every second or,
+        idle, every ten: over a one-second run it read negative once the idle rate was
+        subtracted. Every call here takes one id itself.
+        """
+        with psycopg.connect(**self.conninfo, autocommit=True, application_name=BENCH_APP) as c:
+            row = c.execute("SELECT pg_current_xact_id()::text::bigint").fetchone()
+            return int(row[0]) if row else 0
 
     def parked(self, levels: list[int], wake: int, window: float, crew: Any = None) -> None:
         """Park runs up to each level; at each, measure what holding them costs and wake a few.
@@ -337,8 +347,8 @@ class InProcess:
                 rate = float("nan")
             self.progress.advance(level / 200)
             close_old_connections()
-            time.sleep(min(window, 10))  # let the burst's threads and connections settle
-            cpu, commits = self._idle(window)
+            settled = settle(cpu_seconds, min(window, 5.0), timeout=max(120.0, level * 0.05))
+            cpu, commits, gc_clock = self._idle(window)
             wakes = self._wake(parked_ids[:wake], who)
             parked_ids = parked_ids[wake:]
             point = {
@@ -348,6 +358,9 @@ class InProcess:
                 "rss_mb": round(rss_mb(), 1),
                 "idle_cpu_pct": round(cpu, 1),
                 "idle_commits_per_s": round(commits, 1),
+                "idle_gc_s": round(gc_clock.seconds, 3),
+                "idle_full_collections": gc_clock.full,
+                "settled": settled,
                 "wake_p50_ms": round(median(wakes) * 1000, 1) if wakes else None,
                 "wake_p95_ms": round(pct(wakes, 95) * 1000, 1) if wakes else None,
                 "wakes": len(wakes),

@@ -67,6 +67,53 @@ def until(predicate: Callable[[], bool], timeout: float, every: float = 0.01) ->
     return False
 
 
+def settle(cpu: Callable[[], float], slice_s: float, timeout: float) -> bool:
+    """Wait until a process is quiet: two ``slice_s`` slices in a row under a tenth of a core.
+
+    What follows a burst (replays reaching their gate, a full garbage collection of the
+    objects the burst left) belongs to the burst, not to holding the runs; a fixed pause
+    let a 10,000-run hand-over's collection land in the idle window (LESSONS #38). False
+    if the process never settled within ``timeout``.
+    """
+    quiet, deadline = 0, time.monotonic() + timeout
+    while quiet < 2 and time.monotonic() < deadline:
+        c0 = cpu()
+        time.sleep(slice_s)
+        quiet = quiet + 1 if (cpu() - c0) / slice_s < 0.1 else 0
+    return quiet >= 2
+
+
+class GcClock:
+    """Seconds this process spent in the garbage collector while the block ran.
+
+    An idle figure can hide a collection: a full one walks every object the parked runs
+    hold, whichever thread happened to allocate when it was due.
+    """
+
+    def __init__(self) -> None:
+        self.seconds = 0.0
+        self.full = 0
+        self._t0 = 0.0
+
+    def _cb(self, phase: str, info: dict[str, Any]) -> None:
+        if phase == "start":
+            self._t0 = time.perf_counter()
+        else:
+            self.seconds += time.perf_counter() - self._t0
+            self.full += info.get("generation") == 2
+
+    def __enter__(self) -> GcClock:
+        import gc
+
+        gc.callbacks.append(self._cb)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        import gc
+
+        gc.callbacks.remove(self._cb)
+
+
 class Listener:
     """LISTEN deskhand_steps on its own connection; remembers when each payload arrived."""
 

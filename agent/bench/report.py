@@ -51,7 +51,7 @@ DEFINITIONS = [
     ),
     (
         "parked_threads / _rss_mb / _idle_cpu_pct",
-        "The executor process with `parked_runs` waiting at the gate: OS threads, RSS, CPU over an idle window.",
+        "The executor process with `parked_runs` waiting at the gate, once it has settled (two 5-s slices in a row under a tenth of a core: replays and the collection of what parking left belong to parking): OS threads, RSS, CPU over the idle window; `idle_gc_s` is the part of it spent in Python's garbage collector.",
     ),
     (
         "worker_parked_threads / _rss_mb / _idle_cpu_pct",
@@ -183,13 +183,14 @@ def write(results: dict[str, Any], docs: Path, command: str) -> list[Path]:
         "",
         "## Parked runs, by how many wait",
         "",
-        "| parked | park rate /s | threads | RSS MB | idle CPU % | idle commits/s | wake p50 ms | wake p95 ms |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- |",
+        "| parked | park rate /s | threads | RSS MB | idle CPU % | of it, collector s | idle commits/s | wake p50 ms | wake p95 ms |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for p in r.get("parked_series", []):
         lines.append(
             f"| {p['parked']} | {p['park_rate_per_s']} | {p['threads']} | {p['rss_mb']} |"
-            f" {p['idle_cpu_pct']} | {p['idle_commits_per_s']} | {p['wake_p50_ms']} | {p['wake_p95_ms']} |"
+            f" {p['idle_cpu_pct']}{'' if p.get('settled', True) else ' (never settled)'} |"
+            f" {p.get('idle_gc_s', '—')} | {p['idle_commits_per_s']} | {p['wake_p50_ms']} | {p['wake_p95_ms']} |"
         )
     if r.get("park_workers"):
         k = r["park_workers"]

@@ -37,13 +37,14 @@ PINNED = {
     "dbos._queue.queue_thread": "e54ec9c69e992899",
     "dbos._queue.queue_worker_thread": "c0b22c3a946ff0c7",
     "ActiveWorkflowById.activeList": "7c8e2a3f763bffad",
+    "DBOSRegistry.get_internal_queue": "fc3960e3640ae895",
 }
 
 
 def _internals() -> dict[str, object]:
     from dbos import _queue, _recovery
     from dbos._core import ActiveWorkflowById
-    from dbos._dbos import DBOS
+    from dbos._dbos import DBOS, DBOSRegistry
     from dbos._sys_db import KeySignal, SystemDatabase, ThreadSafeEventDict
 
     return {
@@ -59,6 +60,7 @@ def _internals() -> dict[str, object]:
         "dbos._queue.queue_thread": _queue.queue_thread,
         "dbos._queue.queue_worker_thread": _queue.queue_worker_thread,
         "ActiveWorkflowById.activeList": ActiveWorkflowById.activeList,
+        "DBOSRegistry.get_internal_queue": DBOSRegistry.get_internal_queue,
     }
 
 
@@ -223,3 +225,31 @@ def test_the_notifier_idles_at_half_a_second_and_a_decision_still_wakes_its_run(
     run = wait_parked(str(start("NW-1", "owner@northwind.test").id))
     decide(run, "owner@northwind.test")
     assert wait_terminal(str(run.pk), 30).status == "succeeded"
+
+
+def test_the_internal_queue_polls_at_the_fallback_interval_and_a_kick_starts_its_work(
+    dbos_executor,
+):
+    """DBOS's own queue (schedules, recovery) polls every ``DESKHAND_QUEUE_POLL_SEC``, not
+    every second: each poll walks every active workflow, parked runs included. Work put
+    on it with a kick starts at once all the same."""
+    from dbos import DBOS
+    from django.conf import settings
+
+    from approvals.sweep import SCHEDULE_NAME
+    from deskhand.dbos_setup import kick_queues
+
+    assert dbos_internals.internal_queue_poll_seconds() == settings.DESKHAND_QUEUE_POLL_SEC
+    assert settings.DESKHAND_QUEUE_POLL_SEC >= 5.0
+    dbos_internals.set_internal_queue_poll(60.0)
+    try:
+        kick_queues()  # the thread takes the new interval on its next wait
+        time.sleep(0.5)
+        t0 = time.monotonic()
+        handle = DBOS.trigger_schedule(SCHEDULE_NAME)
+        kick_queues()
+        assert handle.get_result() == []
+        assert time.monotonic() - t0 < 10.0  # a 60-s poll would not have started it yet
+    finally:
+        dbos_internals.set_internal_queue_poll(settings.DESKHAND_QUEUE_POLL_SEC)
+        kick_queues()

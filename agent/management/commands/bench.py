@@ -364,7 +364,10 @@ class Command(DeskhandCommand):
             w(
                 f"parked {p['parked']:>6}: {p['threads']} threads, {p['rss_mb']} MB, idle"
                 f" {p['idle_cpu_pct']}% CPU, {p['idle_commits_per_s']} commits/s, wake p50"
-                f" {p['wake_p50_ms']} ms p95 {p['wake_p95_ms']} ms (parked at {p['park_rate_per_s']}/s)"
+                f" {p['wake_p50_ms']} ms p95 {p['wake_p95_ms']} ms (parked at {p['park_rate_per_s']}/s;"
+                f" collector {p['idle_gc_s']} s of the window"
+                + ("" if p["settled"] else "; never settled")
+                + ")"
             )
         if r.get("runs_per_s_1_worker") is not None:
             w(
