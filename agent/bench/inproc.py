@@ -347,7 +347,8 @@ class InProcess:
                 rate = float("nan")
             self.progress.advance(level / 200)
             close_old_connections()
-            settled = settle(cpu_seconds, min(window, 5.0), timeout=max(120.0, level * 0.05))
+            with GcClock() as settle_gc:
+                settled = settle(cpu_seconds, min(window, 5.0), timeout=max(120.0, level * 0.05))
             cpu, commits, gc_clock = self._idle(window)
             wakes = self._wake(parked_ids[:wake], who)
             parked_ids = parked_ids[wake:]
@@ -361,6 +362,8 @@ class InProcess:
                 "idle_gc_s": round(gc_clock.seconds, 3),
                 "idle_full_collections": gc_clock.full,
                 "settled": settled,
+                "settle_gc_s": round(settle_gc.seconds, 3),
+                "settle_full_collections": settle_gc.full,
                 "wake_p50_ms": round(median(wakes) * 1000, 1) if wakes else None,
                 "wake_p95_ms": round(pct(wakes, 95) * 1000, 1) if wakes else None,
                 "wakes": len(wakes),
