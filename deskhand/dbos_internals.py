@@ -324,6 +324,29 @@ class KickableEvent(threading.Event):
                 cond.notify_all()
 
 
+def _kickable_queue_thread(stop_event: threading.Event, dbos: Any) -> None:
+    """DBOS's queue manager, its stop event made kickable before any queue thread waits."""
+    from dbos._queue import queue_thread
+
+    if type(stop_event) is threading.Event:
+        make_kickable(stop_event)
+    queue_thread(stop_event, dbos)
+
+
+def kickable_from_launch() -> None:
+    """Have the next ``DBOS.launch()`` start its queue manager on a kickable stop event.
+
+    Made kickable only after launch, the queue threads started at launch (every queue
+    already in ``dbos.queues``) slept their first interval on the old condition, deaf to
+    kicks: a worker restarted holding a decided run took up to one whole interval (5 s
+    for the runs queue, 10 s for a model queue) before it polled. ``DBOS.launch`` looks
+    ``queue_thread`` up in its own module when it starts the thread.
+    """
+    import dbos._dbos as dbos_module
+
+    dbos_module.queue_thread = _kickable_queue_thread
+
+
 def install_queue_kick() -> KickableEvent | None:
     """Make this executor's queue threads wakeable; the event to ``kick()`` (None: not found)."""
     from dbos._dbos import _get_dbos_instance
@@ -331,7 +354,7 @@ def install_queue_kick() -> KickableEvent | None:
 
     dbos = _get_dbos_instance()
     for thread in dbos._background_threads:
-        if getattr(thread, "_target", None) is queue_thread:
+        if getattr(thread, "_target", None) in (queue_thread, _kickable_queue_thread):
             event = thread._args[0]  # type: ignore[attr-defined]
             if type(event) is threading.Event:
                 make_kickable(event)

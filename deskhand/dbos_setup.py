@@ -177,9 +177,10 @@ def launch_executor(executor_id: str, *, unleased: bool = False, **overrides: An
     from deskhand import dbos_internals
 
     DBOS(config=config(executor_id, **overrides))
+    dbos_internals.kickable_from_launch()
+    dbos_internals.set_internal_queue_poll(settings.DESKHAND_QUEUE_POLL_SEC)
     DBOS.launch()
     dbos_internals.stretch_recv_recheck(settings.DESKHAND_RECV_RECHECK_SEC)
-    dbos_internals.set_internal_queue_poll(settings.DESKHAND_QUEUE_POLL_SEC)
     register_queues()
     register_model_queues()
     register_schedule()

@@ -38,6 +38,7 @@ PINNED = {
     "dbos._queue.queue_worker_thread": "c0b22c3a946ff0c7",
     "ActiveWorkflowById.activeList": "7c8e2a3f763bffad",
     "DBOSRegistry.get_internal_queue": "fc3960e3640ae895",
+    "DBOS._launch": "581c866e5a6f1846",
 }
 
 
@@ -61,6 +62,7 @@ def _internals() -> dict[str, object]:
         "dbos._queue.queue_worker_thread": _queue.queue_worker_thread,
         "ActiveWorkflowById.activeList": ActiveWorkflowById.activeList,
         "DBOSRegistry.get_internal_queue": DBOSRegistry.get_internal_queue,
+        "DBOS._launch": DBOS._launch,
     }
 
 
@@ -131,6 +133,25 @@ def test_a_decision_whose_notify_was_lost_is_delivered_by_the_worker_sweep(dbos_
     assert Run.objects.get(pk=run.pk).status == "awaiting_approval"  # nobody woke it
     assert dbos_internals.sweep_waiting_recvs() == 1
     assert wait_terminal(str(run.pk), 30).status == "succeeded"
+
+
+def test_the_queue_manager_starts_on_a_kickable_event_so_no_first_wait_is_deaf(dbos_executor):
+    """Launch starts DBOS's queue manager through ours, which makes its stop event kickable
+    before any queue thread waits on it; a queue started at launch used to sleep its first
+    interval deaf to kicks (5 s for the runs queue), and a restarted worker's decided run
+    waited that long."""
+    import dbos._dbos as dbos_module
+    from dbos._dbos import _get_dbos_instance
+
+    assert dbos_module.queue_thread is dbos_internals._kickable_queue_thread
+    managers = [
+        t
+        for t in _get_dbos_instance()._background_threads
+        if getattr(t, "_target", None) is dbos_internals._kickable_queue_thread
+    ]
+    assert len(managers) == 1 and managers[0].is_alive()
+    event = managers[0]._args[0]  # type: ignore[attr-defined]
+    assert isinstance(event, dbos_internals.KickableEvent)
 
 
 def test_a_kick_wakes_the_queue_threads_without_stopping_them(dbos_executor):
