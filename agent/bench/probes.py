@@ -70,10 +70,10 @@ def until(predicate: Callable[[], bool], timeout: float, every: float = 0.01) ->
 def settle(cpu: Callable[[], float], slice_s: float, timeout: float) -> bool:
     """Wait until a process is quiet: two ``slice_s`` slices in a row under a tenth of a core.
 
-    What follows a burst (replays reaching their gate, a full garbage collection of the
-    objects the burst left) belongs to the burst, not to holding the runs; a fixed pause
-    let a 10,000-run hand-over's collection land in the idle window (LESSONS #38). False
-    if the process never settled within ``timeout``.
+    What follows a burst (replays reaching their gate, a garbage collection of the objects
+    the burst left) belongs to the burst, not to holding the runs: after a fixed 10-s pause
+    one 10,000-run hand-over's idle window held a 1.1-CPU-s burst no later sweep repeated
+    (docs/scaling.md). False if the process never settled within ``timeout``.
     """
     quiet, deadline = 0, time.monotonic() + timeout
     while quiet < 2 and time.monotonic() < deadline:
