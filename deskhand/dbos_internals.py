@@ -27,7 +27,10 @@ re-reads this file before it ships. What we use and why:
   ``polling_interval_sec`` on it between polls, and nothing else wakes them. Its class
   is swapped for one whose ``kick()`` ends that sleep early *without* stopping, so one
   LISTEN per worker can start a poll the moment work is enqueued, and the poll itself
-  can be slow (cheap when idle).
+  can be slow (cheap when idle). ``kickable_from_launch`` replaces the ``queue_thread``
+  that ``DBOS._launch`` starts, so the swap happens before any queue thread first waits.
+* The internal queue's ``_polling_interval_sec`` (``set_internal_queue_poll``): DBOS
+  fixes it at one second and every poll walks every active workflow, parked ones too.
 """
 
 from __future__ import annotations
@@ -213,25 +216,6 @@ def replaying() -> int:
 # --- parked runs: one sweep per worker instead of one timer per waiting recv ---------------
 
 
-def set_internal_queue_poll(seconds: float) -> None:
-    """Poll DBOS's own queue (recovery, schedules) every ``seconds`` instead of every second.
-
-    Every poll of a queue counts this executor's active workflows in a Python loop over all
-    of them (``count_for_queue``), parked runs included: at 10,000 parked each queue's poll
-    cost a point of a core idle. The internal queue is an in-memory ``Queue`` whose interval
-    the queue thread re-reads before each wait, and the LISTEN kick wakes it like the others.
-    """
-    from dbos._dbos import _get_dbos_instance
-
-    _get_dbos_instance()._registry.get_internal_queue()._polling_interval_sec = float(seconds)
-
-
-def internal_queue_poll_seconds() -> float:
-    from dbos._dbos import _get_dbos_instance
-
-    return float(_get_dbos_instance()._registry.get_internal_queue()._polling_interval_sec)
-
-
 def stretch_recv_recheck(seconds: float) -> None:
     """Make each waiting ``recv`` re-check the database only every ``seconds`` on its own."""
     _sys_db()._notification_fallback_polling_interval = float(seconds)
@@ -376,6 +360,25 @@ def make_kickable(event: threading.Event) -> KickableEvent:
         event._cond = threading.Condition(threading.Lock())  # type: ignore[attr-defined]
         event.__class__ = KickableEvent
     return event  # type: ignore[return-value]
+
+
+def set_internal_queue_poll(seconds: float) -> None:
+    """Poll DBOS's own queue (recovery, schedules) every ``seconds`` instead of every second.
+
+    Every poll of a queue counts this executor's active workflows in a Python loop over all
+    of them (``count_for_queue``), parked runs included: at 10,000 parked each queue's poll
+    cost a point of a core idle. The internal queue is an in-memory ``Queue`` whose interval
+    the queue thread re-reads before each wait, and the LISTEN kick wakes it like the others.
+    """
+    from dbos._dbos import _get_dbos_instance
+
+    _get_dbos_instance()._registry.get_internal_queue()._polling_interval_sec = float(seconds)
+
+
+def internal_queue_poll_seconds() -> float:
+    from dbos._dbos import _get_dbos_instance
+
+    return float(_get_dbos_instance()._registry.get_internal_queue()._polling_interval_sec)
 
 
 # --- deploys: move parked runs to a new application version ---------------------------

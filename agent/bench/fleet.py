@@ -19,7 +19,7 @@ from urllib.parse import quote
 
 import psutil
 
-from agent.bench.probes import Listener, Progress, settle, until
+from agent.bench.probes import Listener, Progress, commits, idle_rates, settle, until
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -174,14 +174,7 @@ class Fleet:
         return n / dt, (cpu_of(procs) - w0) / dt, (cpu_of(pg) - p0) / dt if pg else float("nan")
 
     def _commits(self) -> int:
-        import psycopg
-
-        with psycopg.connect(**self.conninfo, autocommit=True) as c:
-            row = c.execute(
-                "SELECT xact_commit FROM pg_stat_database WHERE datname = %s",
-                [self.conninfo["dbname"]],
-            ).fetchone()
-            return int(row[0]) if row else 0
+        return commits(self.conninfo)
 
     def throughput(self, n: int, start: int) -> None:
         self.progress.phase("fleet: one worker, then two, each a burst of queued runs")
@@ -309,16 +302,14 @@ class Fleet:
             return float(t.user + t.system)
 
         settled = settle(cpu, min(window, 5.0), timeout=max(120.0, held * 0.1))
-        c0, n0, t0 = cpu(), self._commits(), time.monotonic()
-        time.sleep(window)
-        dt = time.monotonic() - t0
+        cpu_pct, commits_per_s = idle_rates(cpu, self.conninfo, window)
         self.out.update(
             worker_parked_runs=held,
             worker_parked_settled=settled,
             worker_parked_threads=proc.num_threads(),
             worker_parked_rss_mb=round(proc.memory_info().rss / 1024 / 1024, 1),
-            worker_parked_idle_cpu_pct=round((cpu() - c0) / dt * 100, 1),
-            worker_parked_idle_commits_per_s=round((self._commits() - n0 - 1) / dt, 1),
+            worker_parked_idle_cpu_pct=round(cpu_pct, 1),
+            worker_parked_idle_commits_per_s=round(commits_per_s, 1),
         )
 
     # --- SIGKILL → resumed, and takeover -----------------------------------------------------

@@ -21,6 +21,7 @@ from agent.bench.probes import (
     Listener,
     Progress,
     cpu_seconds,
+    idle_rates,
     median,
     pct,
     rss_mb,
@@ -181,10 +182,8 @@ class InProcess:
         self.progress.phase("idle worker CPU; enqueue → first step")
         close_old_connections()
         time.sleep(min(2.0, window))
-        c0, t0 = cpu_seconds(), time.monotonic()
-        time.sleep(window)
         self.out["idle_worker_cpu_pct"] = round(
-            (cpu_seconds() - c0) / (time.monotonic() - t0) * 100, 1
+            idle_rates(cpu_seconds, self.conninfo, window)[0], 1
         )
         runs = self._runs(load_world(samples, start=start, prefix=QUICK))
         lat = []
@@ -262,21 +261,9 @@ class InProcess:
 
     def _idle(self, window: float) -> tuple[float, float, GcClock]:
         """CPU % of a core and commits/s over ``window``, and the collector's share of it."""
-        with psycopg.connect(**self.conninfo, autocommit=True, application_name=BENCH_APP) as c:
-
-            def commits() -> int:
-                row = c.execute(
-                    "SELECT xact_commit FROM pg_stat_database WHERE datname = %s",
-                    [self.conninfo["dbname"]],
-                ).fetchone()
-                return int(row[0]) if row else 0
-
-            with GcClock() as gc_clock:
-                cpu0, n0, t0 = cpu_seconds(), commits(), time.monotonic()
-                time.sleep(window)
-                dt = time.monotonic() - t0
-                cpu = (cpu_seconds() - cpu0) / dt * 100
-            return cpu, (commits() - n0 - 1) / dt, gc_clock
+        with GcClock() as gc_clock:
+            cpu, commits_per_s = idle_rates(cpu_seconds, self.conninfo, window)
+        return cpu, commits_per_s, gc_clock
 
     def xids(self) -> int:
         """Transactions that wrote (each takes a transaction id), counted at once.

@@ -67,6 +67,31 @@ def until(predicate: Callable[[], bool], timeout: float, every: float = 0.01) ->
     return False
 
 
+def commits(conninfo: dict[str, Any]) -> int:
+    """Transactions committed in the bench's scratch database so far (every session's)."""
+    with psycopg.connect(**conninfo, autocommit=True, application_name=BENCH_APP) as c:
+        row = c.execute(
+            "SELECT xact_commit FROM pg_stat_database WHERE datname = %s", [conninfo["dbname"]]
+        ).fetchone()
+        return int(row[0]) if row else 0
+
+
+def idle_rates(
+    cpu: Callable[[], float], conninfo: dict[str, Any], window: float
+) -> tuple[float, float]:
+    """A process's CPU (% of one core) and the database's commits/s over ``window`` seconds.
+
+    The one reading of "idle" every figure shares, so the in-process executor and a real
+    worker are measured alike. The commit counts are read outside the CPU interval (each
+    opens a connection), and the first count's own transaction is taken off.
+    """
+    n0 = commits(conninfo)
+    cpu0, t0 = cpu(), time.monotonic()
+    time.sleep(window)
+    busy, dt = cpu() - cpu0, time.monotonic() - t0
+    return busy / dt * 100, (commits(conninfo) - n0 - 1) / dt
+
+
 def settle(cpu: Callable[[], float], slice_s: float, timeout: float) -> bool:
     """Wait until a process is quiet: two ``slice_s`` slices in a row under a tenth of a core.
 
