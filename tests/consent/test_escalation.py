@@ -23,7 +23,7 @@ from approvals.sweep import SCHEDULE_NAME, SWEEP_CRON
 from deskhand.desk.models import Merchant, Ticket
 from tests.consent.conftest import bare_run, gate_call
 from tests.durability.helpers import decide, pending_approval, start, user
-from tests.fixtures.dbos import wait_parked, wait_terminal
+from tests.fixtures.dbos import trigger_clear_of_its_firing, wait_parked, wait_terminal
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -132,8 +132,8 @@ def test_the_worker_sweeps_on_a_dbos_schedule(dbos_executor):
         requested_at=approval.requested_at - dt.timedelta(hours=5)
     )
 
-    first = DBOS.trigger_schedule(SCHEDULE_NAME).get_result()
-    second = DBOS.trigger_schedule(SCHEDULE_NAME).get_result()
+    first = trigger_clear_of_its_firing(SCHEDULE_NAME)
+    second = trigger_clear_of_its_firing(SCHEDULE_NAME)
     assert (first, second) == ([str(approval.pk)], [])
     approval.refresh_from_db()
     assert approval.escalated_at is not None

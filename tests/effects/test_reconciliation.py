@@ -18,7 +18,7 @@ from agent.effects.selectors import findings_summary
 from agent.models import EffectFinding, LedgerEntry
 from deskhand.desk.models import Merchant, Refund
 from tests.durability.helpers import decide, start, user
-from tests.fixtures.dbos import wait_parked, wait_terminal
+from tests.fixtures.dbos import trigger_clear_of_its_firing, wait_parked, wait_terminal
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -50,7 +50,7 @@ def test_a_refund_made_behind_the_ledgers_back_is_found_and_shown_never_fixed(
     schedule = DBOS.get_schedule(SCHEDULE_NAME)
     assert schedule is not None and schedule["schedule"] == RECONCILE_CRON
     assert schedule["workflow_name"] == "effects.reconciliation"
-    first = DBOS.trigger_schedule(SCHEDULE_NAME).get_result()
+    first = trigger_clear_of_its_firing(SCHEDULE_NAME)
     northwind = str(Merchant.objects.get(slug="northwind").pk)
     assert first[northwind]["provider_only"] == 1
     assert sum(first[northwind].values()) == 1  # the refund Deskhand made matches its entry
@@ -63,7 +63,7 @@ def test_a_refund_made_behind_the_ledgers_back_is_found_and_shown_never_fixed(
     )
     assert "5.00" in finding.detail and "NW-1042" in finding.detail
     # Seen again on the next pass: the same row, not a second one.
-    DBOS.trigger_schedule(SCHEDULE_NAME).get_result()
+    trigger_clear_of_its_firing(SCHEDULE_NAME)
     assert EffectFinding.objects.count() == 1
     # Never "fixed": no refund row invented, nothing voided at the provider.
     assert Refund.objects.count() == 1 and len(api.refunds) == 2
