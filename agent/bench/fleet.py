@@ -187,9 +187,10 @@ class Fleet:
         r2, w2cpu, pg2 = self._burst(n, start + n, [one.pid, two.pid])
         commits2 = self.last_commits
         self.progress.advance(6)
+        r1, r2 = round(r1, 2), round(r2, 2)  # the ratio is of the figures printed
         self.out.update(
-            runs_per_s_1_worker=round(r1, 2),
-            runs_per_s_2_workers=round(r2, 2),
+            runs_per_s_1_worker=r1,
+            runs_per_s_2_workers=r2,
             two_workers_over_one=round(r2 / r1, 2),
             workers_cpu_cores_1=round(w1cpu, 2),
             workers_cpu_cores_2=round(w2cpu, 2),
