@@ -23,7 +23,7 @@ from approvals.sweep import SCHEDULE_NAME, SWEEP_CRON
 from deskhand.desk.models import Merchant, Ticket
 from tests.consent.conftest import bare_run, gate_call
 from tests.durability.helpers import decide, pending_approval, start, user
-from tests.fixtures.dbos import trigger_clear_of_its_firing, wait_parked, wait_terminal
+from tests.fixtures.dbos import clear_of_its_firing, trigger_now, wait_parked, wait_terminal
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -126,14 +126,15 @@ def test_the_worker_sweeps_on_a_dbos_schedule(dbos_executor):
     )
     assert schedule["workflow_name"] == "approvals.escalation_sweep"
 
+    clear_of_its_firing(SCHEDULE_NAME)  # or the minute sweep may escalate it before we do
     run = bare_run()
     approval = Approval.objects.get(pk=gate_request(str(run.id), 1, gate_call(3800))["approval_id"])
     Approval.objects.filter(pk=approval.pk).update(
         requested_at=approval.requested_at - dt.timedelta(hours=5)
     )
 
-    first = trigger_clear_of_its_firing(SCHEDULE_NAME)
-    second = trigger_clear_of_its_firing(SCHEDULE_NAME)
+    first = trigger_now(SCHEDULE_NAME)
+    second = trigger_now(SCHEDULE_NAME)
     assert (first, second) == ([str(approval.pk)], [])
     approval.refresh_from_db()
     assert approval.escalated_at is not None

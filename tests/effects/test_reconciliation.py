@@ -18,7 +18,7 @@ from agent.effects.selectors import findings_summary
 from agent.models import EffectFinding, LedgerEntry
 from deskhand.desk.models import Merchant, Refund
 from tests.durability.helpers import decide, start, user
-from tests.fixtures.dbos import trigger_clear_of_its_firing, wait_parked, wait_terminal
+from tests.fixtures.dbos import clear_of_its_firing, trigger_now, wait_parked, wait_terminal
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -44,13 +44,14 @@ def test_a_refund_made_behind_the_ledgers_back_is_found_and_shown_never_fixed(
     dbos_executor, northwind_pays_at_the_provider
 ):
     api = northwind_pays_at_the_provider
+    clear_of_its_firing(SCHEDULE_NAME, need_s=60)  # the 5-minute pass must not come first
     paid_refund()
     behind = api.refund_directly(CHARGE, 500)  # in the provider's dashboard, say
 
     schedule = DBOS.get_schedule(SCHEDULE_NAME)
     assert schedule is not None and schedule["schedule"] == RECONCILE_CRON
     assert schedule["workflow_name"] == "effects.reconciliation"
-    first = trigger_clear_of_its_firing(SCHEDULE_NAME)
+    first = trigger_now(SCHEDULE_NAME)
     northwind = str(Merchant.objects.get(slug="northwind").pk)
     assert first[northwind]["provider_only"] == 1
     assert sum(first[northwind].values()) == 1  # the refund Deskhand made matches its entry
@@ -63,7 +64,7 @@ def test_a_refund_made_behind_the_ledgers_back_is_found_and_shown_never_fixed(
     )
     assert "5.00" in finding.detail and "NW-1042" in finding.detail
     # Seen again on the next pass: the same row, not a second one.
-    trigger_clear_of_its_firing(SCHEDULE_NAME)
+    trigger_now(SCHEDULE_NAME)
     assert EffectFinding.objects.count() == 1
     # Never "fixed": no refund row invented, nothing voided at the provider.
     assert Refund.objects.count() == 1 and len(api.refunds) == 2
@@ -94,6 +95,7 @@ def test_a_ledger_entry_the_provider_does_not_know_and_an_amount_that_differs_ar
     dbos_executor, northwind_pays_at_the_provider
 ):
     api = northwind_pays_at_the_provider
+    clear_of_its_firing(SCHEDULE_NAME, need_s=60)  # the 5-minute pass must not come first
     paid_refund()
     entry = LedgerEntry.objects.get()
     api.refunds[0]["amount"] = 3700  # the provider's record of it says otherwise
