@@ -248,3 +248,73 @@ def test_a_rate_limited_model_step_names_the_runs_checkpoint_and_a_fork_starts_t
     fork = wait_terminal(out.splitlines()[0].strip())
     assert (fork.status, fork.fork_step) == ("succeeded", step.seq)
     assert [s.status for s in api.requests] == [429, 200, 200]  # the fork asked once more
+
+
+def _child_waiting_on_the_limit(run_ids: list[str], timeout: float = 60) -> tuple[str, str]:
+    """Once one run's model call ran and the other's waits on the limiter: (run, its child)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        with connection.cursor() as cur:
+            cur.execute(
+                "SELECT parent_workflow_id, workflow_uuid FROM dbos.workflow_status"
+                " WHERE parent_workflow_id = ANY(%s) AND queue_name = 'model-anthropic'"
+                " AND status = 'ENQUEUED'",
+                [run_ids],
+            )
+            waiting = cur.fetchall()
+        done = Run.objects.filter(pk__in=run_ids, status="succeeded").count()
+        if len(waiting) == 1 and done == 1:
+            return waiting[0]
+        time.sleep(0.1)
+    raise AssertionError(f"no run left waiting on the model limit: {waiting}, {done} done")
+
+
+@pytest.mark.crash
+def test_a_run_whose_model_call_waits_on_the_limit_moves_to_the_new_version_with_that_call(
+    worker_process, api: MessagesApi, settings
+) -> None:
+    """``move_runs`` takes a run's queued model call along (docs/deploys.md): left on the old
+    version, no new worker would start it, and the run would wait on it for ever."""
+    from django.test import override_settings
+
+    from agent.deploys import runs_move_version
+    from agent.services import RunRefused
+
+    old, new = "deskhand-0.0.9", settings.DESKHAND_APP_VERSION
+    keyed = {"ANTHROPIC_API_KEY": DEFAULT_KEY, "ANTHROPIC_BASE_URL": api.url}
+    limit = {"DESKHAND_MODEL_RPM": "anthropic=1", "DESKHAND_MODEL_LIMIT_PERIOD_SEC": "600"}
+    previous = worker_process("last-release", env={**keyed, **limit, "DESKHAND_APP_VERSION": old})
+    previous.start()
+    with override_settings(DESKHAND_APP_VERSION=old):  # started under the last release
+        runs = [
+            str(start(t, e).id)
+            for t, e in (("NW-1", "owner@northwind.test"), ("LU-2", "owner@lumen.test"))
+        ]
+    waiting, child = _child_waiting_on_the_limit(runs)
+    previous.kill()  # the deploy: the old worker is gone, its second call never started
+
+    deadline = time.monotonic() + 15
+    while True:  # until Postgres has seen the killed worker's session (and lease) go
+        try:
+            assert runs_move_version(from_version=old) == [waiting]
+            break
+        except RunRefused:
+            assert time.monotonic() < deadline, "the killed worker still looks alive"
+            time.sleep(0.2)
+    status, queue, _ = workflow(child)
+    assert (status, queue) == ("ENQUEUED", "model-anthropic")
+    with connection.cursor() as cur:
+        cur.execute(
+            "SELECT application_version FROM dbos.workflow_status WHERE workflow_uuid = %s",
+            [child],
+        )
+        assert cur.fetchone() == (new,)
+
+    limit["DESKHAND_MODEL_LIMIT_PERIOD_SEC"] = "2"
+    worker_process("this-release", env={**keyed, **limit}).start()
+    run = wait_terminal(waiting, timeout=60)
+    assert run.status == "succeeded", run.stop_detail
+    # The same call, made once by the new worker: no second child, no third request.
+    assert model_calls_of(waiting) == [child]
+    assert workflow(child)[0] == "SUCCESS"
+    assert len(api.requests) == 2 and [r.status for r in api.requests] == [200, 200]
