@@ -24,7 +24,10 @@ DEFINITIONS = [
         "agent_step_ms",
         "One no-op step through `agent.workflow.DBOSRuntime.step` inside an async workflow — the very path every agent step takes: the lease gate, a thread hop, Django's connection check, the checkpoint (median).",
     ),
-    ("step_overhead_ratio", "`agent_step_ms` ÷ `bare_dbos_step_ms`, same run."),
+    (
+        "step_overhead_ratio",
+        "`agent_step_ms` ÷ `bare_dbos_step_ms`, sampled in six alternating rounds of each.",
+    ),
     (
         "dbos_steps_per_agent_step",
         "One NW-2 run on the keyless policy model: DBOS operations it checkpointed ÷ its step-log rows.",
