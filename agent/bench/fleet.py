@@ -158,7 +158,7 @@ class Fleet:
         ]
         procs = [psutil.Process(p) for p in pids]
         pg = postgres_processes(self.server)
-        c0 = self._commits()
+        c0 = commits(self.conninfo)
         w0, p0, t0 = cpu_of(procs), cpu_of(pg), time.perf_counter()
         for run in runs:
             run_enqueue(run)
@@ -169,12 +169,9 @@ class Fleet:
             every=0.2,
         )
         dt = time.perf_counter() - t0
-        self.last_commits = self._commits() - c0
+        self.last_commits = commits(self.conninfo) - c0
         pg = postgres_processes(self.server) or pg
         return n / dt, (cpu_of(procs) - w0) / dt, (cpu_of(pg) - p0) / dt if pg else float("nan")
-
-    def _commits(self) -> int:
-        return commits(self.conninfo)
 
     def throughput(self, n: int, start: int) -> None:
         self.progress.phase("fleet: one worker, then two, each a burst of queued runs")

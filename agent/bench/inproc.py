@@ -31,10 +31,8 @@ from agent.bench.probes import (
 )
 
 TERMINAL = ("succeeded", "failed", "exhausted", "cancelled")
-_registered: dict[str, Any] = {}
-
-
 STEP_ROUNDS = 6  # bare and agent step samples alternate in this many rounds
+_registered: dict[str, Any] = {}
 
 
 def register_workflows() -> dict[str, Any]:

@@ -26,7 +26,7 @@ DEFINITIONS = [
     ),
     (
         "step_overhead_ratio",
-        "`agent_step_ms` ÷ `bare_dbos_step_ms`, sampled in six alternating rounds of each.",
+        "`agent_step_ms` ÷ `bare_dbos_step_ms`, the samples of each taken in alternating rounds (`STEP_ROUNDS`).",
     ),
     (
         "dbos_steps_per_agent_step",
