@@ -337,3 +337,52 @@ def test_a_run_parked_before_one_step_turns_keeps_its_four_operation_turns_and_f
     assert len(model_calls) == new_turns, "a recorded model turn was called again"
     steps = list(Step.objects.filter(run_id=run_id).order_by("seq"))
     assert [s.seq for s in steps] == list(range(1, len(steps) + 1))
+
+
+def _pending_approval(run_id: str, timeout: float = 60.0) -> Approval:
+    """The run's pending approval once it reaches its gate (a run recovered mid-turn works its
+    way there first)."""
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        approval = Approval.objects.filter(run_id=run_id, status="pending").first()
+        if approval is not None:
+            return approval
+        assert Run.objects.get(pk=run_id).status not in TERMINAL_STATUSES
+        time.sleep(0.1)
+    raise AssertionError(f"run {run_id} never reached its gate")
+
+
+@pytest.mark.parametrize("recorded_as", ["nw1_at_gate_one_step.json", "nw1_mid_turn_one_step.json"])
+def test_a_run_parked_by_the_release_before_agent_by_concept_finishes(
+    executor_stopped, model_calls, recorded_as
+):
+    """``agent/`` moved into folders and DBOS into one package (docs/architecture.md): the
+    names DBOS persisted — workflow, steps, topics — are compatibility data. NW-1 parked by the
+    release before that move, at its refund gate and stopped mid-turn inside ``tool.get_order``,
+    replays its checkpoints unchanged, asks the model only for turns after them, and refunds once."""
+    fixture = parked_fixture.read(parked_fixture.FIXTURE.with_name(recorded_as))
+    assert fixture["commit"].startswith("4bfd605")
+    run_id = parked_fixture.load(parked_fixture.aged(fixture, 2), executor_id=IN_PROCESS_EXECUTOR)
+    recorded = _checkpoints(run_id)
+    if fixture["application_version"] != settings.DESKHAND_APP_VERSION:
+        assert runs_move_version(from_version=fixture["application_version"]) == [run_id]
+    ensure_in_process_executor()
+    approval_decide(
+        approval=_pending_approval(run_id),
+        user=user("owner@northwind.test"),
+        approve=True,
+        channel="cli",
+    )
+    run = _wait_finished(run_id)
+
+    assert (run.status, run.stop_reason) == ("succeeded", "end_turn"), run.summary
+    assert [r.amount_cents for r in Refund.objects.filter(order__reference="NW-1042")] == [3800]
+    assert Refund.objects.count() == 1
+    final = _checkpoints(run_id)
+    assert all(final[fid] == checkpoint for fid, checkpoint in recorded.items())
+    recorded_turns = [name for name, _ in recorded.values()].count("model")
+    new_turns = [name for fid, (name, _) in final.items() if fid not in recorded].count("model")
+    assert recorded_turns >= 2 and new_turns >= 1
+    assert len(model_calls) == new_turns, "a recorded model turn was called again"
+    steps = list(Step.objects.filter(run_id=run_id).order_by("seq"))
+    assert [s.seq for s in steps] == list(range(1, len(steps) + 1))

@@ -153,9 +153,10 @@ def test_a_429_with_retry_after_is_slept_durably_shown_on_the_run_and_the_run_fi
 
     waiting = _wait_visible(run_id)
     assert waiting.wait_reason == "rate limited by anthropic: retry after 2 s"
-    # Until two seconds after the 429 was answered (less than a second of handling after it).
+    # Until two seconds after the 429 was answered, plus the handling after it: under a second
+    # alone, 1.7 s measured with the two cores shared by other suites (stop 25), so 2.5 s.
     left = waiting.waiting_until.timestamp() - api.requests[0].at
-    assert 2.0 <= left <= 3.0, left
+    assert 2.0 <= left <= 4.5, left
     # The step that met the 429 has returned (its workflow is done: no thread waits in it)
     # and the run sleeps in a DBOS.sleep checkpoint.
     names = wait_sleeping(run_id)

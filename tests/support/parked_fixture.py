@@ -240,8 +240,15 @@ def is_parked(run_id: str) -> bool:
     return bool(status and status[0] == "PENDING" and names and names[-1] == "DBOS.sleep")
 
 
-def record(out: Path) -> dict[str, Any]:
-    """Park NW-1 at its refund gate on this commit's code and write the fixture to ``out``."""
+#: Where ``record --mid-turn`` stops the run: inside this tool's step, after the model turn that
+#: asked for it was checkpointed and before the tool's own checkpoint, as a worker killed
+#: mid-turn leaves it.
+MID_TURN_STEP = "tool.get_order"
+
+
+def record(out: Path, *, mid_turn: bool = False) -> dict[str, Any]:
+    """Park NW-1 on this commit's code and write the fixture to ``out``: at its refund gate, or
+    (``mid_turn``) inside ``MID_TURN_STEP`` with the model turn before it checkpointed."""
     import os
 
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "deskhand.settings")
@@ -267,8 +274,22 @@ def record(out: Path) -> dict[str, Any]:
             stop_in_process_executor,
         )
 
+        import threading
+
+        from agent import faults
+
         call_command("seed", "--reset", verbosity=0)
         empty_dbos_schema()
+        reached, release = threading.Event(), threading.Event()
+
+        def hold() -> None:
+            # The step's thread waits here: no checkpoint of this step exists while it does.
+            reached.set()
+            release.wait(120)
+            raise faults.InjectedCrash("recording stopped here")
+
+        if mid_turn:
+            faults.install("before_step", MID_TURN_STEP, hold)
         ensure_in_process_executor()
         try:
             run = run_start(
@@ -277,24 +298,35 @@ def record(out: Path) -> dict[str, Any]:
             assert run.provider == "scripted", run.provider
             run_id = str(run.id)
             end = time.monotonic() + 60
-            while not is_parked(run_id):
+            while not (reached.is_set() if mid_turn else is_parked(run_id)):
                 if time.monotonic() > end:
                     raise RuntimeError(f"run {run_id} did not park: {workflow_step_names(run_id)}")
                 time.sleep(0.1)
+            rows = dump(run_id) if mid_turn else {}
         finally:
             stop_in_process_executor()
+            release.set()
+            faults.clear()
         recorded_at = time.time()
-        rows = dump(run_id)
+        if mid_turn:
+            time.sleep(1)  # the held step's thread ends (it raises) before the database goes
+        else:
+            rows = dump(run_id)
         from importlib.metadata import version
 
         dirty = _git("status", "--porcelain", "--", "agent", "approvals", "deskhand")
+        where = (
+            f"stopped mid-turn inside {MID_TURN_STEP}"
+            if mid_turn
+            else "parked at its refund approval"
+        )
         fixture = {
             "about": (
-                f"NW-1 parked at its refund approval, recorded by tests/support/parked_fixture.py "
+                f"NW-1 {where}, recorded by tests/support/parked_fixture.py "
                 f"on commit {_git('rev-parse', '--short', 'HEAD')}"
                 f"{' (with uncommitted product changes)' if dirty else ''}, application version "
                 f"{settings.DESKHAND_APP_VERSION}. Re-record: .venv/bin/python -m "
-                f"tests.support.parked_fixture record tests/fixtures/parked/nw1_at_gate.json "
+                f"tests.support.parked_fixture record{' --mid-turn' if mid_turn else ''} {out} "
                 f"(see docs/deploys.md before you do)."
             ),
             "format": FORMAT,
@@ -469,11 +501,16 @@ def load(fixture: dict[str, Any], *, executor_id: str) -> str:
 
 
 def main(argv: list[str]) -> int:
+    mid_turn = "--mid-turn" in argv
+    argv = [a for a in argv if a != "--mid-turn"]
     if len(argv) != 2 or argv[0] != "record":
-        print("usage: python -m tests.support.parked_fixture record OUT.json", file=sys.stderr)
+        print(
+            "usage: python -m tests.support.parked_fixture record [--mid-turn] OUT.json",
+            file=sys.stderr,
+        )
         return 2
     sys.path.insert(0, str(ROOT))
-    fixture = record(Path(argv[1]))
+    fixture = record(Path(argv[1]), mid_turn=mid_turn)
     print(f"recorded run {fixture['workflow_id']}: {len(fixture['step_names'])} DBOS steps")
     print(" ".join(fixture["step_names"]))
     return 0
