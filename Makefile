@@ -12,7 +12,7 @@ $(STAMP): pyproject.toml
 	  "$$BASE" -m venv "$(VENV)"; \
 	fi
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e ".[dev]"
+	$(PY) -m pip install --quiet -e . --group dev
 	@touch $(STAMP)
 
 venv: $(STAMP)

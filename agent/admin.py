@@ -1,4 +1,4 @@
-"""Runs, the step log and the ledger in the audit desk (read-only; see deskhand/audit_admin.py)."""
+"""Runs, the step log and the ledger in the audit desk (read-only; see deskhand/desk/audit_admin.py)."""
 
 from __future__ import annotations
 
@@ -6,9 +6,12 @@ from typing import Any
 
 from django.contrib import admin
 
-from agent.models import EffectFinding, LedgerEntry, Redaction, Run, Step
+from agent.effects.models import EffectFinding
+from agent.ledger.models import LedgerEntry
+from agent.models import Run, Step
+from agent.privacy.models import Redaction
 from approvals.models import Approval, AuditEvent
-from deskhand.audit_admin import (
+from deskhand.desk.audit_admin import (
     AuditAdmin,
     AuditInline,
     admin_list_link,

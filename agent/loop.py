@@ -1,11 +1,15 @@
 """The agent loop. It knows the runtime protocol, the registry and the steps — not DBOS.
 
-The conversation is a local ``agent.conversation.Conversation`` rebuilt, on
+The conversation is a local ``agent.conversation.live.Conversation`` rebuilt, on
 replay, from checkpointed step outputs; the loop body itself reads nothing else
 (no clock, no database, no randomness), so a resumed run walks the same path up
 to the step that was in flight and continues from there. Every message it sends
 is built through that class — the same code that rebuilds a run's messages from
-its step log for replay, forks and the console.
+its step log for replay, forks and the console (``agent.replay.rebuild``).
+
+A turn is one durable step (``agent.run.turns.turn``: staff notes, the bounds check and
+the model call). Runs recorded before that took four; they still finish, through
+``agent.run.legacy_turns``, the one place the older path lives.
 """
 
 from __future__ import annotations
@@ -13,23 +17,22 @@ from __future__ import annotations
 import datetime as dt
 from typing import Any
 
-from agent.bounds import bounds_step
-from agent.conversation import (
+from agent.consent.gate import gate_read, gate_request, gate_resume
+from agent.conversation.live import (
     KNOWN_STOP_REASONS,
     NOT_RUN_STEP_CAP,
     Conversation,
     tool_uses,
     unrunnable,
 )
-from agent.gate import gate_read, gate_request, gate_resume
-from agent.lifecycle import run_begin, run_finish
+from agent.ledger.effect import execute_irreversible, ledger_lookup
 from agent.models import RunStatus, StopReason
-from agent.runtime import Runtime
-from agent.steering import notes_record
+from agent.run.legacy_turns import LegacyTurns
+from agent.run.lifecycle import run_begin, run_finish
+from agent.run.turns import turn
+from agent.runtime import Patch, Runtime, StepName, tool_step
 from agent.tools import REGISTRY, Risk
-from agent.tools.execute import execute_irreversible, execute_tool, ledger_lookup, validate_call
-from agent.turns import model_turn, turn
-from deskhand.dbos_client import STEER_TOPIC
+from agent.tools.execute import execute_tool, validate_call
 
 
 class Stop(Exception):
@@ -62,54 +65,38 @@ class Loop:
         self.conversation = Conversation("", "")
         self.truncations = 0
         self.unknown_stop_ends = True
+        self.legacy: LegacyTurns | None = None
 
-    def _next_seq(self) -> int:
+    def next_seq(self) -> int:
+        """The step-log number the next row of this run takes."""
         seq = self.seq
         self.seq += 1
         return seq
 
     async def run(self) -> dict[str, Any]:
-        begin = await self.rt.step("run.begin", run_begin, self.run_id)
+        begin = await self.rt.step(StepName.BEGIN, run_begin, self.run_id)
         if begin["status"] not in (RunStatus.RUNNING, RunStatus.AWAITING_APPROVAL):
             return {"status": begin["status"]}
         self.token = begin["fence_token"]
         self.seq = begin["next_seq"]
-        # One operation a turn: notes, bounds and the call in one step (agent.turns.turn). It
-        # implies every earlier patch, so a new run records one marker instead of four; a run
-        # recorded before it finds another checkpoint here and walks the older sequence.
-        self.one_step = await self.rt.patch("one-step-turns")
-        if self.one_step:
-            in_turn = self.unknown_stop_ends = self.limited_model = True
-        else:
-            # The fence token moved out of the system prompt into the opening turn, so every
-            # run shares one cached tools + system prefix.
-            in_turn = await self.rt.patch("fence-in-opening-turn")
-            # A stop reason the loop does not know ends the run (runs already past this
-            # point kept going on one: their histories replay as recorded).
-            self.unknown_stop_ends = await self.rt.patch("unknown-stop-reason-ends-run")
-            # Model calls go through the runtime's rate limit, and a wait the API names is
-            # slept durably between calls (runs already past this point call the plain step).
-            self.limited_model = await self.rt.patch("model-calls-rate-limited")
-        self.system_token = "" if in_turn else self.token
-        conversation = self.conversation = Conversation(begin["prompt"], self.token, in_turn)
+        # One operation a turn (agent.run.turns.turn). A run recorded before that finds
+        # another checkpoint here and walks the older sequence (agent.run.legacy_turns).
+        if not await self.rt.patch(Patch.ONE_STEP_TURNS):
+            self.legacy = await LegacyTurns.taken(self.rt)
+        fence_in_turn = self.legacy is None or self.legacy.fence_in_turn
+        self.unknown_stop_ends = self.legacy is None or self.legacy.unknown_stop_ends
+        # The fence token opens the first user turn, so every run shares one cached
+        # tools + system prefix (older runs named it in the system prompt).
+        self.system_token = "" if fence_in_turn else self.token
+        conversation = self.conversation = Conversation(begin["prompt"], self.token, fence_in_turn)
         try:
             while True:
-                reply: dict[str, Any] | None = None
-                if self.one_step:
-                    hit, reply = await self._turn()
-                else:
-                    # Staff guidance joins the last user turn (the prompt or tool results).
-                    conversation.guidance(await self._staff_guidance())
-                    hit = await self.rt.step("bounds.check", bounds_step, self.run_id)
+                hit, reply = await self._turn()
                 if hit and hit.get("reason"):
                     raise Stop(RunStatus.EXHAUSTED, hit["reason"], hit["detail"])
-                # Older checkpoints of this step hold None: no per-call count then.
+                # Older checkpoints of the bounds check hold None: no per-call count then.
                 steps_left = hit.get("steps_left") if hit else None
-                if reply is None:
-                    seq = self._next_seq()
-                    reply = await self._model(seq)
-                    if "provider_error" in reply:
-                        self.seq = seq
+                assert reply is not None  # a turn without a reply is one that hit a bound
                 if "provider_error" in reply:
                     # No reply and no step row: the run's closing row takes the model's number.
                     raise Stop(RunStatus.FAILED, StopReason.PROVIDER_ERROR, reply["provider_error"])
@@ -164,16 +151,18 @@ class Loop:
         except Stop as stop:
             return await self._finish(stop.status, stop.reason, stop.detail)
 
-    async def _turn(self) -> tuple[dict[str, Any], dict[str, Any] | None]:
-        """One turn as one step (agent.turns.turn): the bounds answer and the reply (``None``
-        when a bound was hit). The notes it took join this conversation exactly as they
-        joined the messages it sent; a wait the API names is slept here, durably, and the
-        turn asked again (its notes are already taken, so the new call finds only newer ones).
-        """
+    async def _turn(self) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
+        """One turn as one step (agent.run.turns.turn): the bounds answer and the reply
+        (``None`` when a bound was hit). The notes it took join this conversation exactly as
+        they joined the messages it sent; a wait the API names is slept here, durably, and
+        the turn asked again (its notes are already taken, so the new call finds only newer
+        ones)."""
+        if self.legacy is not None:
+            return await self.legacy.turn(self)
         spent: dict[str, Any] = {"attempts": 0, "waited": 0.0}
         while True:
             out = await self.rt.limited_step(
-                "model",
+                StepName.MODEL,
                 turn,
                 self.run_id,
                 self.seq,
@@ -191,43 +180,17 @@ class Loop:
             spent = {"attempts": wait["attempts"], "waited": wait["waited"]}
             await self.rt.sleep(wait["seconds"])
 
-    async def _model(self, seq: int) -> dict[str, Any]:
-        """One model turn's reply. On the rate-limited path the call waits its turn across
-        workers, and a wait the API asks for comes back from the step (never slept inside
-        it) to be slept here durably, then the call is made again (agent.turns)."""
-        args = (self.run_id, seq, self.conversation.messages, self.system_token)
-        if not self.limited_model:
-            return await self.rt.step("model", model_turn, *args)
-        spent: dict[str, Any] = {"attempts": 0, "waited": 0.0}
-        while True:
-            reply = await self.rt.limited_step("model", model_turn, *args, spent)
-            wait = reply.get("wait")
-            if wait is None:
-                return reply
-            spent = {"attempts": wait["attempts"], "waited": wait["waited"]}
-            await self.rt.sleep(wait["seconds"])
-
     async def _finish(self, status: str, reason: str, detail: str) -> dict[str, Any]:
         return await self.rt.step(
-            "run.finish",
+            StepName.FINISH,
             run_finish,
             self.run_id,
-            self._next_seq(),
+            self.next_seq(),
             status,
             reason,
             detail,
             self.last_text,
         )
-
-    async def _staff_guidance(self) -> list[dict[str, Any]]:
-        """The notes that reached the run since the last turn (author and body), recorded."""
-        notes = await self.rt.drain(STEER_TOPIC)
-        if not notes:
-            return []
-        recorded: list[dict[str, Any]] = await self.rt.step(
-            "notes.record", notes_record, self.run_id, self._next_seq(), notes
-        )
-        return recorded
 
     def _result(self, call: dict[str, Any], text: str, ok: bool) -> dict[str, Any]:
         return self.conversation.result(call, text, ok)
@@ -237,7 +200,7 @@ class Loop:
         error, _ = validate_call(call.get("name", ""), call.get("input"))
         if tool is None or error is not None or tool.risk is not Risk.IRREVERSIBLE:
             out = await self.rt.step(
-                f"tool.{call.get('name', '?')}", execute_tool, self.run_id, self._next_seq(), call
+                tool_step(call.get("name", "?")), execute_tool, self.run_id, self.next_seq(), call
             )
             if out.get("stop") in ("cancelled", "closed"):
                 raise closed_quietly(out["status"])
@@ -246,7 +209,7 @@ class Loop:
 
     async def _gated(self, call: dict[str, Any]) -> dict[str, Any]:
         """An irreversible call: ledger first, then a person, then exactly one execution."""
-        done = await self.rt.step("ledger.lookup", ledger_lookup, self.run_id, call)
+        done = await self.rt.step(StepName.LEDGER_LOOKUP, ledger_lookup, self.run_id, call)
         if done is not None:
             if not done["same_args"]:
                 raise Stop(
@@ -257,7 +220,7 @@ class Loop:
             # Already performed (e.g. by the run this one was forked from): do not ask or act again.
             return self._result(call, done["text"], done["ok"])
         request = await self.rt.step(
-            "gate.request", gate_request, self.run_id, self._next_seq(), call
+            StepName.GATE_REQUEST, gate_request, self.run_id, self.next_seq(), call
         )
         if request.get("closed"):
             raise closed_quietly(request["closed"])
@@ -272,7 +235,7 @@ class Loop:
         expires_at = dt.datetime.fromisoformat(request["expires_at"])
         waited_from = await self.rt.now()
         while True:
-            decision = await self.rt.step("gate.read", gate_read, approval_id)
+            decision = await self.rt.step(StepName.GATE_READ, gate_read, approval_id)
             if decision["status"] != "pending":
                 break
             now = await self.rt.now()
@@ -283,7 +246,13 @@ class Loop:
             await self.rt.wait(request["topic"], expires_at)
         waited = (await self.rt.now() - waited_from).total_seconds()
         verdict = await self.rt.step(
-            "gate.resume", gate_resume, self.run_id, self._next_seq(), call, approval_id, waited
+            StepName.GATE_RESUME,
+            gate_resume,
+            self.run_id,
+            self.next_seq(),
+            call,
+            approval_id,
+            waited,
         )
         if verdict["verdict"] == "closed":
             raise closed_quietly(verdict["status"])
@@ -298,10 +267,10 @@ class Loop:
         if verdict["verdict"] == "denied":
             return self.conversation.denial(call, verdict.get("reason"))
         out = await self.rt.step(
-            f"tool.{call['name']}",
+            tool_step(call["name"]),
             execute_irreversible,
             self.run_id,
-            self._next_seq(),
+            self.next_seq(),
             call,
             approval_id,
         )

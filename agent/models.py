@@ -1,9 +1,9 @@
-"""Runs, their step log, and the idempotency ledger.
+"""Runs and their step log; the ledger, findings and redactions registered beside them.
 
-The step log is the audit trail *and* the live feed: the console reads the
-same rows an auditor does. The ledger is the one thing standing between a
-re-executed step and a second refund: a row is written in the same database
-transaction as the effect it records.
+The step log is the audit trail *and* the live feed: the console reads the same rows an
+auditor does. The app's other models live with the code that owns them — the ledger in
+``agent.ledger.models``, reconciliation findings in ``agent.effects.models``, redactions
+in ``agent.privacy.models`` — and are imported at the bottom so Django registers them.
 """
 
 from __future__ import annotations
@@ -15,8 +15,11 @@ from django.conf import settings
 from django.db import models
 from django.db.models import Q
 
+from agent.run import payloads
+from agent.run.payloads import StepKind
+
 if TYPE_CHECKING:
-    from agent.payloads import StepPayload
+    from agent.run.payloads import StepPayload
 
 
 class RunStatus(models.TextChoices):
@@ -76,7 +79,7 @@ class PromptVersion(models.Model):
 
     Content-addressed: ``sha256`` is taken over the canonical JSON of the template and
     the tool definitions, and the template holds ``{token}`` where a run's fence token
-    went, so every run sent the same prompt names the same version (``agent.prompt_versions``).
+    went, so every run sent the same prompt names the same version (``agent.conversation.prompt_versions``).
     Rows are never changed or deleted; ``replay --at`` prints a run's from here.
     """
 
@@ -195,25 +198,14 @@ class Run(models.Model):
         return run
 
 
-class StepKind(models.TextChoices):
-    MODEL = "model"
-    TOOL = "tool"
-    APPROVAL = "approval"
-    NOTE = "note", "staff note"
-    BOUND = "bound"
-    FINAL = "final"
-    ERROR = "error"
-    UNDO = "undo"
-
-
 class Step(models.Model):
     """One line of the audit trail: a model call, a tool call, a gate event, a note.
 
     ``seq`` is dense per run and derived by the loop from checkpointed outputs,
     so a re-executed step lands on the same row: its accounting is *added*,
     never overwritten, so a retried model call's cost is not lost. A row is
-    only ever re-written by the same call (``args_hash``); see ``agent.steplog``.
-    ``result`` holds a typed payload (``agent.payloads``); read it as ``payload``.
+    only ever re-written by the same call (``args_hash``); see ``agent.run.steplog``.
+    ``result`` holds a typed payload (``agent.run.payloads``); read it as ``payload``.
     """
 
     run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="step_log")
@@ -229,7 +221,7 @@ class Step(models.Model):
     args_hash = models.CharField(
         max_length=64,
         blank=True,
-        help_text="Which call wrote this row (agent.steplog.call_hash); empty on rows written "
+        help_text="Which call wrote this row (agent.run.steplog.call_hash); empty on rows written "
         "before it was recorded.",
     )
     result = models.JSONField(default=dict, blank=True)
@@ -258,162 +250,28 @@ class Step(models.Model):
 
     @property
     def payload(self) -> StepPayload:
-        """``result`` as its typed payload (``agent.payloads.read``)."""
-        from agent import payloads
-
+        """``result`` as its typed payload (``agent.run.payloads.read``)."""
         return payloads.read(self)
 
 
-class LedgerState(models.TextChoices):
-    # Claimed, committed, and handed (or about to be handed) to another system under the
-    # entry's key: whether that system acted is not yet known here.
-    PENDING = "pending"
-    DONE = "done"
-    FAILED = "failed"
+# Models owned by other parts of the app, imported so Django registers them with it.
+from agent.effects.models import EffectFinding, FindingKind  # noqa: E402
+from agent.ledger.models import LedgerEntry, LedgerState  # noqa: E402
+from agent.privacy.models import Redaction, RedactionReason  # noqa: E402
 
-
-class LedgerEntry(models.Model):
-    """One claim per irreversible effect, keyed by root run + tool call id + arguments hash.
-
-    In-database effects: written ``done`` (or ``failed``) in the same transaction as the
-    refund, email or cancellation it records. A step that re-executes finds its own key and
-    returns ``result`` instead of acting. Effects in another system (``adapter``: a payment
-    provider, a mail server) are claimed ``pending`` first and committed, then the other
-    system is called with the key as its idempotency key, then the answer is recorded
-    (``agent.effects``); a step that re-executes finds the pending claim and repeats the
-    call under the same key. ``identity`` is what the effect *is* (the registry's
-    identity fields, e.g. order and amount): a call anywhere in the lineage (the
-    runs sharing ``root_run``) with the same identity and the same content fields
-    (``ToolDef.content``; the rest of its arguments is wording) is answered from this
-    row instead of being performed again (``agent.lineage``).
-    """
-
-    key = models.CharField(max_length=200, unique=True)
-    merchant = models.ForeignKey(
-        "desk.Merchant", on_delete=models.PROTECT, related_name="ledger_entries"
-    )
-    root_run = models.ForeignKey(Run, on_delete=models.PROTECT, related_name="+")
-    run = models.ForeignKey(Run, on_delete=models.PROTECT, related_name="ledger_entries")
-    tool = models.CharField(max_length=40)
-    tool_call_id = models.CharField(max_length=80)
-    args_hash = models.CharField(max_length=64)
-    identity = models.CharField(
-        max_length=64,
-        blank=True,
-        help_text="sha256 of the tool and its identity fields (agent.tools.registry.identity_hash).",
-    )
-    arguments = models.JSONField()
-    approval = models.ForeignKey(
-        "approvals.Approval",
-        null=True,
-        blank=True,
-        on_delete=models.PROTECT,
-        related_name="ledger_entries",
-    )
-    ok = models.BooleanField(default=True)
-    result = models.TextField()
-    state = models.CharField(
-        max_length=8,
-        choices=LedgerState.choices,
-        default=LedgerState.DONE,
-        db_default=LedgerState.DONE,
-    )
-    # Which adapter made (or is making) the effect: a re-execution finishes with the one that
-    # claimed, whatever the merchant's setting says by then.
-    adapter = models.CharField(max_length=12, default="database", db_default="database")
-    # The other system's id for the effect (a provider refund ``re_…``, a ``Message-ID``).
-    provider_ref = models.CharField(max_length=250, blank=True, default="", db_default="")
-    # How many times the other system was called under this key (retries, re-executions).
-    provider_calls = models.PositiveIntegerField(default=0, db_default=0)
-    recorded_at = models.DateTimeField(null=True, blank=True)
-    created_at = models.DateTimeField(auto_now_add=True)
-
-    class Meta:
-        verbose_name_plural = "ledger entries"
-        indexes = [
-            models.Index(fields=["merchant", "-created_at"], name="ledger_merchant_recent"),
-            models.Index(fields=["root_run", "identity"], name="ledger_lineage_identity"),
-            models.Index(
-                fields=["created_at"], condition=Q(state="pending"), name="ledger_pending"
-            ),
-        ]
-
-    def __str__(self) -> str:
-        return self.key
-
-    @property
-    def is_pending(self) -> bool:
-        return self.state == LedgerState.PENDING
-
-
-class FindingKind(models.TextChoices):
-    PROVIDER_ONLY = "provider_only", "refund at the provider with no ledger entry"
-    LEDGER_ONLY = "ledger_only", "ledger entry the provider does not know"
-    AMOUNT_DIFFERS = "amount_differs", "amounts differ"
-    UNRESOLVED = "unresolved", "claim whose outcome could not be confirmed"
-
-
-class EffectFinding(models.Model):
-    """A disagreement between the ledger and the system an effect lives in, found by reconciliation.
-
-    Reconciliation (``agent.effects.reconcile``) only ever reports: it never refunds, voids
-    or edits a ledger entry to make one go away. ``fingerprint`` makes a finding seen again
-    on the next pass the same row (``last_seen_at`` moves on); a person settles it
-    (``resolved_*``), and only a person.
-    """
-
-    merchant = models.ForeignKey(
-        "desk.Merchant", on_delete=models.PROTECT, related_name="effect_findings"
-    )
-    kind = models.CharField(max_length=16, choices=FindingKind.choices)
-    fingerprint = models.CharField(max_length=300, unique=True)
-    ledger_entry = models.ForeignKey(
-        LedgerEntry, null=True, blank=True, on_delete=models.PROTECT, related_name="findings"
-    )
-    provider_ref = models.CharField(max_length=250, blank=True)
-    ledger_amount_cents = models.BigIntegerField(null=True, blank=True)
-    provider_amount_cents = models.BigIntegerField(null=True, blank=True)
-    detail = models.TextField()
-    found_at = models.DateTimeField()
-    last_seen_at = models.DateTimeField()
-    # A person's settlement (``manage.py effects_findings --resolve``): who, when, what they did.
-    resolved_at = models.DateTimeField(null=True, blank=True)
-    resolved_by = models.CharField(max_length=254, blank=True)
-    resolution = models.TextField(blank=True)
-
-    class Meta:
-        indexes = [models.Index(fields=["merchant", "-found_at"], name="finding_merchant_recent")]
-
-    def __str__(self) -> str:
-        return f"{self.kind}: {self.provider_ref or self.ledger_entry_id}"
-
-    @property
-    def is_open(self) -> bool:
-        return self.resolved_at is None
-
-
-class RedactionReason(models.TextChoices):
-    RETENTION = "retention"
-    ERASURE = "erasure"
-
-
-class Redaction(models.Model):
-    """A run whose words were removed: by the merchant's retention period, or a customer's erasure.
-
-    The step payloads' text, the approvals' wording, staff notes, the summary's account and
-    the run's DBOS history are gone; what stays is what the accounts need (amounts, orders,
-    times, approvers, argument hashes, the ledger). ``what`` counts what was removed — never
-    the words themselves. A redacted run (or a fork whose inherited steps were redacted) can
-    no longer be replayed or forked (``agent.redaction.replay_refusal``).
-    """
-
-    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="redactions")
-    reason = models.CharField(max_length=12, choices=RedactionReason.choices)
-    what = models.JSONField(default=dict, blank=True)
-    created_at = models.DateTimeField()
-
-    class Meta:
-        ordering = ["created_at", "pk"]
-
-    def __str__(self) -> str:
-        return f"{self.reason} redaction of run {self.run_id}"
+__all__ = [
+    "ACTIVE_STATUSES",
+    "TERMINAL_STATUSES",
+    "EffectFinding",
+    "FindingKind",
+    "LedgerEntry",
+    "LedgerState",
+    "PromptVersion",
+    "Redaction",
+    "RedactionReason",
+    "Run",
+    "RunStatus",
+    "Step",
+    "StepKind",
+    "StopReason",
+]

@@ -1,10 +1,10 @@
-"""The runtime protocol the agent loop runs on, and an in-memory double for tests.
+"""The runtime protocol the agent loop runs on, the names its steps are recorded under, and an
+in-memory double for tests.
 
-The loop never imports DBOS. It asks this protocol for a few things — run a
-durable step (or a rate-limited one), sleep, wait for a message, drain pending
-messages, read the clock —
-and ``agent/workflow.py`` answers them with DBOS in production. In a unit test,
-``MemoryRuntime`` answers them with a few lines of plain Python.
+The loop never imports DBOS. It asks this protocol for a few things — run a durable step
+(or a rate-limited one), sleep, wait for a message, drain pending messages, read the
+clock, take a patch — and ``deskhand/dbos/engine/workflow.py`` answers them with DBOS in
+production. In a unit test, ``MemoryRuntime`` answers them with a few lines of plain Python.
 """
 
 from __future__ import annotations
@@ -13,10 +13,74 @@ import asyncio
 import collections
 import contextvars
 import datetime as dt
+import enum
 from collections.abc import Callable
 from typing import Any, Protocol, TypeVar
 
 T = TypeVar("T")
+
+
+class StepName(enum.StrEnum):
+    """The names a run's steps are recorded under: compatibility data.
+
+    DBOS checks each recorded step's name when a run replays, so a worker on the next
+    release finds a parked run's history by these; renaming one strands every run parked
+    past it (``tests/integrity/test_persisted_names.py`` pins the set; docs/deploys.md).
+    A tool call's step is ``tool.<tool name>`` (``tool_step``).
+    """
+
+    BEGIN = "run.begin"
+    MODEL = "model"
+    LEDGER_LOOKUP = "ledger.lookup"
+    GATE_REQUEST = "gate.request"
+    GATE_READ = "gate.read"
+    GATE_RESUME = "gate.resume"
+    CLOCK = "clock"
+    FINISH = "run.finish"
+    FAIL = "run.fail"
+    # Recorded only by runs that went the older way through a turn (agent.run.legacy_turns).
+    BOUNDS_CHECK = "bounds.check"
+    NOTES_RECORD = "notes.record"
+
+
+TOOL_STEP_PREFIX = "tool."
+
+
+def tool_step(tool: str) -> str:
+    """The step name of a call to ``tool`` (``tool.issue_refund``)."""
+    return f"{TOOL_STEP_PREFIX}{tool}"
+
+
+RETRYABLE_STEPS = frozenset(
+    {
+        StepName.BEGIN,
+        StepName.BOUNDS_CHECK,
+        StepName.MODEL,
+        StepName.GATE_READ,
+        StepName.LEDGER_LOOKUP,
+    }
+)
+"""Steps that only read, or whose writes are idempotent upserts: a runtime may retry them on
+a transient error. An irreversible tool step never is (the ledger would catch a repeat,
+but a person approved one attempt, not three). The model step never raises an API error:
+the provider is its one retry layer, and what it gives up on is the step's *output*
+(``{"provider_error": ...}``, agent.run.turns), which is not retried; a retry is only of a
+failure around the call — writing its step row, say — and re-sends a call that was paid,
+which the step row then counts (attempts 2, both costs)."""
+
+
+class Patch(enum.StrEnum):
+    """Where a run's step sequence changed, for runs already past that point (``Runtime.patch``).
+
+    Compatibility data like ``StepName``: a run recorded before a patch replays the older
+    sequence at that point. docs/deploys.md says how each is retired.
+    """
+
+    ONE_STEP_TURNS = "one-step-turns"
+    # Implied by ONE_STEP_TURNS; asked only of runs that went the older way (legacy_turns).
+    FENCE_IN_OPENING_TURN = "fence-in-opening-turn"
+    UNKNOWN_STOP_REASON_ENDS_RUN = "unknown-stop-reason-ends-run"
+    MODEL_CALLS_RATE_LIMITED = "model-calls-rate-limited"
 
 
 class Runtime(Protocol):

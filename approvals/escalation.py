@@ -2,7 +2,7 @@
 
 DBOS's durable timers record absolute wall-clock times that no test clock can
 move, so escalation is not a timer per approval: it is a periodic sweep (a
-DBOS scheduled workflow in the worker, ``approvals/sweep.py``) that calls
+DBOS scheduled workflow in the worker, ``deskhand/dbos/engine/schedules.py``) that calls
 ``approvals_escalate_due`` with the time it was scheduled for. The clock is an
 argument, so tests drive the same code with a manual clock.
 

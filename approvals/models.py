@@ -8,7 +8,7 @@ from typing import Any
 from django.conf import settings
 from django.db import models
 
-from deskhand.dbos_client import approval_topic
+from deskhand.dbos.names import approval_topic
 
 
 class ApprovalStatus(models.TextChoices):
@@ -74,7 +74,7 @@ class Approval(models.Model):
     args_hash = models.CharField(max_length=64)
     preview = models.TextField()
     # What the run's lineage and every earlier run on its ticket had already done to the same
-    # order or customer when this was requested (``agent.lineage.prior_effects``), for the card.
+    # order or customer when this was requested (``agent.ledger.lineage.prior_effects``), for the card.
     prior_effects = models.JSONField(default=list, blank=True)
     requested_at = models.DateTimeField()
     expires_at = models.DateTimeField()
@@ -157,7 +157,7 @@ class ApprovalPolicy(models.Model):
     is a new version, so every policy decision names the exact rules that made it.
 
     ``rules`` is a list of ``{"tool", "max_amount_cents"?, "max_per_day"}`` (validated by
-    ``agent.approval_policy``, which knows the tool registry). The newest version is in force;
+    ``agent.consent.policy``, which knows the tool registry). The newest version is in force;
     an empty list means every call waits for a person.
     """
 
@@ -212,7 +212,7 @@ class StaffNote(models.Model):
     # Set when DBOS accepted the send; the reconciler re-sends only notes without it.
     delivered_at = models.DateTimeField(null=True, blank=True)
     # The step-log row (seq) that handed it to the model, on runs that read notes from this
-    # table inside their model step (agent.steering.notes_take); empty until then.
+    # table inside their model step (agent.run.steering.notes_take); empty until then.
     taken_seq = models.PositiveIntegerField(null=True, blank=True)
 
     def __str__(self) -> str:
@@ -237,7 +237,7 @@ class AuditEvent(models.Model):
     Append-only is enforced twice: ``save`` refuses an update, and a database
     trigger refuses an UPDATE that rewrites what happened (migration 0002; 0006
     allows the two updates that are not rewrites: a deleted account's link set to
-    null, and a privacy redaction of the words in ``detail``, ``agent.redaction``).
+    null, and a privacy redaction of the words in ``detail``, ``agent.privacy.redaction``).
     """
 
     merchant = models.ForeignKey(

@@ -1,6 +1,6 @@
 """Sending the notification outbox: at least once, with a stable id, retried with backoff.
 
-``outbox_send_due`` is called by the worker's sweep (``agent.reconcile``) every
+``outbox_send_due`` is called by the worker's sweep (``agent.run.reconciler``) every
 few seconds. Each due row is claimed with ``FOR UPDATE SKIP LOCKED`` (two
 workers never send the same row at once), sent, and marked ``sent_at`` in the
 same transaction. A crash after the receiver accepted it and before that
@@ -135,7 +135,7 @@ def outbox_send_one(
     """Send one due row: ``True`` sent, ``False`` failed (retried later), ``None`` not due/claimed.
 
     ``checkpoint(point, transport)`` is called at ``before_send`` and ``after_send`` (the
-    worker passes ``agent.faults.at``, where the SIGKILL tests install their crash points).
+    worker passes ``agent.run.faults.at``, where the SIGKILL tests install their crash points).
     """
     with transaction.atomic():
         row = (

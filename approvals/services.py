@@ -15,7 +15,8 @@ from django.db import transaction
 from django.utils import timezone
 
 from approvals.models import Approval, ApprovalPolicy, ApprovalStatus, AuditEvent, Channel
-from deskhand import dbos_client, events
+from deskhand import events
+from deskhand.dbos import client as dbos_client
 from deskhand.desk.permissions import require_actor
 
 log = logging.getLogger(__name__)
@@ -56,7 +57,7 @@ def approval_decide(
 
     An approval records what was approved beside what was proposed: the proposal
     itself, or — ``approved_arguments``/``approved_hash``, computed by the caller
-    that knows the tool registry (``agent.narrowing``) — a narrower call a person
+    that knows the tool registry (``agent.consent.narrowing``) — a narrower call a person
     chose. This app never imports the agent, so it cannot judge a narrowing; the
     run re-checks it before it acts (``execute_irreversible``).
 

@@ -1,7 +1,7 @@
 """ASGI entry point: ``python -m uvicorn deskhand.asgi:application``.
 
 The web process never launches DBOS; it enqueues and sends through a
-``DBOSClient`` (deskhand/dbos_client.py).
+``DBOSClient`` (deskhand/dbos/client.py).
 """
 
 import os

@@ -68,11 +68,13 @@ INSTALLED_APPS = [
     "deskhand.console",
     "deskhand.edge",
     "deskhand.fleet",
+    "deskhand.dbos.engine",
 ]
 
 
 def _development_apps() -> list[str]:
-    """``tests.devtools`` (evals, crash sweep) exists in a checkout only, never in the wheel."""
+    """``tests.devtools`` (evals, crash sweep, bench, synthetic volume) exists in a checkout
+    only, never in the wheel."""
     try:
         return ["tests.devtools"] if importlib.util.find_spec("tests.devtools") else []
     except ModuleNotFoundError:
@@ -80,6 +82,11 @@ def _development_apps() -> list[str]:
 
 
 INSTALLED_APPS += _development_apps()
+
+# ``seed --synthetic N``: development code, found by name so the product never imports tests.
+DESKHAND_SYNTHETIC_GENERATOR = (
+    "tests.devtools.synthetic.synthetic_generate" if _development_apps() else ""
+)
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
@@ -121,7 +128,7 @@ TEMPLATES = [
 # step then saves a 4-6 ms connect (docs/benchmarks.md), at one connection per step thread.
 CONN_MAX_AGE = env_int("DESKHAND_CONN_MAX_AGE", 0)
 # Query options of DATABASE_URL (sslmode, connect_timeout, application_name, options, …)
-# land in OPTIONS; deskhand.dbos_setup.database_url() hands the same ones to DBOS.
+# land in OPTIONS; deskhand.dbos.client.database_url() hands the same ones to DBOS.
 USING_EMBEDDED_POSTGRES = not os.environ.get("DATABASE_URL")
 DATABASES = {
     "default": dj_database_url.parse(
@@ -251,7 +258,7 @@ DESKHAND_APP_VERSION = release_version()
 DESKHAND_QUEUE = "deskhand-runs"
 # How often the runs queue and DBOS's internal queue poll when nothing tells them to.
 # Enqueueing NOTIFYs deskhand_queue, and every worker LISTENs and polls at once
-# (deskhand.dbos_setup), so the interval is only the fallback for a lost notification and
+# (deskhand.dbos.engine.queues), so the interval is only the fallback for a lost notification and
 # for DBOS's own enqueues (schedules): long is cheap when idle, and each poll walks every
 # active workflow of the worker, parked ones included (docs/fleet.md, "Queue polling").
 DESKHAND_QUEUE_POLL_SEC = float(os.environ.get("DESKHAND_QUEUE_POLL_SEC", "5.0"))
@@ -269,7 +276,7 @@ DESKHAND_MODEL_RPM = {
 DESKHAND_MODEL_LIMIT_PERIOD_SEC = float(os.environ.get("DESKHAND_MODEL_LIMIT_PERIOD_SEC", "60"))
 # The model queues' polling interval, a fallback only. The worker that enqueues a call
 # kicks its own queue threads at once, and once a second while the call waits
-# (deskhand.dbos_setup.queues_kicked_while_waiting), so a call held by the limiter starts
+# (deskhand.dbos.engine.queues.queues_kicked_while_waiting), so a call held by the limiter starts
 # within ~1 s of its slot freeing; idle, nothing polls fast. 0.1 s polling all day cost ~10%
 # of a core per worker, 1 s ~2% (docs/scaling.md, "Idle cost, explained").
 DESKHAND_MODEL_QUEUE_POLL_SEC = float(os.environ.get("DESKHAND_MODEL_QUEUE_POLL_SEC", "10"))

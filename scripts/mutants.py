@@ -43,11 +43,17 @@ django.setup()
 
 from django.db import transaction  # noqa: E402
 
-from agent import approval_policy, bounds, fence, loop  # noqa: E402
-from agent.models import LedgerEntry, Run, StepKind  # noqa: E402
-from agent.steplog import log_step  # noqa: E402
+from agent import loop  # noqa: E402
+from agent.consent import policy as approval_policy  # noqa: E402
+from agent.conversation import fence  # noqa: E402
+from agent.ledger import effect as ledger_effect  # noqa: E402
+from agent.ledger.models import LedgerEntry  # noqa: E402
+from agent.models import Run  # noqa: E402
+from agent.run import bounds  # noqa: E402
+from agent.run.payloads import StepKind  # noqa: E402
+from agent.run.steplog import log_step  # noqa: E402
 from agent.tools import ToolError, args_hash, get_tool  # noqa: E402
-from agent.tools import execute as execute_module  # noqa: E402
+from agent.tools.execute import tool_context  # noqa: E402
 from tests.devtools.evals.runner import (  # noqa: E402
     InProcessExecutor,
     Result,
@@ -63,7 +69,7 @@ def _execute_without_approval(run_id: str, seq: int, call: dict[str, Any]) -> di
     name, call_id, args = call["name"], call["id"], call["input"]
     tool = get_tool(name)
     run = Run.objects.select_related("ticket").get(pk=run_id)
-    key = execute_module.ledger_key(run.root(), call_id, args_hash(name, args))
+    key = ledger_effect.ledger_key(run.root(), call_id, args_hash(name, args))
     with transaction.atomic():
         entry = LedgerEntry.objects.filter(key=key).first()
         if entry is None:
@@ -73,7 +79,7 @@ def _execute_without_approval(run_id: str, seq: int, call: dict[str, Any]) -> di
             )  # fmt: skip
             try:
                 with transaction.atomic():
-                    ctx = execute_module._context(run, call_id, ledger_entry_id=entry.pk)
+                    ctx = tool_context(run, call_id, ledger_entry_id=entry.pk)
                     entry.result = tool.handler(ctx, args).text
             except ToolError as exc:
                 entry.result, entry.ok = str(exc), False
@@ -107,7 +113,7 @@ def fence_removed() -> Iterator[None]:
 @contextlib.contextmanager
 def ledger_key_randomised() -> Iterator[None]:
     with mock.patch.object(
-        execute_module, "ledger_key", lambda root, call_id, digest: f"{root.pk}:{uuid.uuid4()}"
+        ledger_effect, "ledger_key", lambda root, call_id, digest: f"{root.pk}:{uuid.uuid4()}"
     ):
         yield
 
@@ -122,7 +128,7 @@ def loop_detection_off() -> Iterator[None]:
 
 @contextlib.contextmanager
 def approved_call_ignored() -> Iterator[None]:
-    with mock.patch.object(execute_module, "approved_call", lambda approval, call: dict(call)):
+    with mock.patch.object(ledger_effect, "approved_call", lambda approval, call: dict(call)):
         yield
 
 

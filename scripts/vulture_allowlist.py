@@ -11,6 +11,7 @@ Never imported or run.
 _.AgentConfig  # apps.py: Django picks the AppConfig subclass of each app
 _.ApprovalsConfig
 _.FleetConfig
+_.EngineConfig
 _.DeskConfig
 _.ready  # AppConfig.ready
 _.default_auto_field  # AppConfig
@@ -160,7 +161,7 @@ _.quiet_sends
 _.no_executor
 
 # --- kept on purpose -------------------------------------------------------------------
-_.refund_precheck  # agent/bounds.py: the Claude issue wires it in before the gate
+_.refund_precheck  # agent/run/bounds.py: the Claude issue wires it in before the gate
 
 # --- added with the console/edge apps, the Messages-API double and the payloads ---------
 _.ConsoleConfig  # apps.py: Django picks the AppConfig subclass of each app
@@ -204,7 +205,7 @@ _.SMTP  # Merchant.mail_adapter choice, chosen in the admin or a shell
 _.mechanism  # aiosmtpd's authenticator signature
 # --- privacy (issue 17) ----------------------------------------------------------------
 _.removed  # RedactionView: read by templates/console/run.html
-_.erased_at  # Customer column: read by the run page, written by deskhand.desk.erasure
+_.erased_at  # Customer column: read by the run page, written by deskhand.desk.customer_data
 # --- the fleet ------------------------------------------------------------------------
 _.stopped_at  # fleet.Worker: written by the lease's SQL on a clean stop, read in the admin/psql
 _.__class__  # dbos_internals.install_queue_kick swaps DBOS's queue stop event's class in place

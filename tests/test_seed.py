@@ -12,7 +12,8 @@ from django.core.management import call_command
 from django.core.management.base import CommandError
 from django.db import connection
 
-from agent.models import LedgerEntry, Run, Step
+from agent.ledger.models import LedgerEntry
+from agent.models import Run, Step
 from approvals.models import Approval, AuditEvent, StaffNote
 from deskhand.desk.models import (
     Customer,

@@ -1,7 +1,7 @@
 """What every effect adapter answers, and the one retry loop they share.
 
 An adapter for a system outside this database does four things, each in a known
-transaction (``agent.effects.intents`` drives them):
+transaction (``agent.ledger.intents`` drives them):
 
 ``prepare(ctx, args, entry)``
     In the claim's transaction, before anything leaves: the local checks (whose order,
@@ -26,7 +26,7 @@ from collections.abc import Callable
 from typing import Any, Literal, Protocol
 
 from agent.effects import config
-from agent.models import LedgerEntry
+from agent.ledger.models import LedgerEntry
 from agent.tools.registry import ToolContext
 
 State = Literal["done", "failed", "unknown"]

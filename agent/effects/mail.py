@@ -24,7 +24,7 @@ from django.core.mail.backends.smtp import EmailBackend
 
 from agent.effects import config
 from agent.effects.base import Outcome, Retry, with_retries
-from agent.models import LedgerEntry
+from agent.ledger.models import LedgerEntry
 from agent.tools.irreversible import email_result
 from agent.tools.reads import run_ticket
 from agent.tools.registry import ToolContext, ToolError

@@ -33,7 +33,7 @@ from django.utils import timezone
 
 from agent.effects import config
 from agent.effects.base import Outcome, Retry, with_retries
-from agent.models import LedgerEntry
+from agent.ledger.models import LedgerEntry
 from agent.tools.irreversible import refund_result
 from agent.tools.reads import customer_order
 from agent.tools.registry import ToolContext, ToolError

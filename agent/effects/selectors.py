@@ -14,7 +14,8 @@ from typing import Any
 from django.db.models import Count
 
 from agent.effects import config
-from agent.models import EffectFinding, LedgerEntry, LedgerState
+from agent.effects.models import EffectFinding
+from agent.ledger.models import LedgerEntry, LedgerState
 
 
 def open_findings(merchant_id: int | None = None) -> list[EffectFinding]:

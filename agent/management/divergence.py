@@ -1,6 +1,6 @@
 """``replay RUN_ID --diverge`` and ``replay --corpus``: what the replay command prints for them.
 
-The work is ``agent.replay.diverge`` (one run) and ``agent.corpus`` (many); this module
+The work is ``agent.replay.diverge`` (one run) and ``agent.replay.corpus`` (many); this module
 turns the command line into their inputs — which system prompt, which provider and
 model, what spend limit — and their results into lines or one JSON object.
 """
@@ -17,9 +17,10 @@ from typing import Any
 from django.conf import settings
 from django.core.management.base import BaseCommand
 
-from agent import corpus, replay
-from agent.conversation import system_for
-from agent.models import StepKind
+from agent.replay import corpus, timeline
+from agent.replay import diverge as divergence
+from agent.replay.rebuild import system_for
+from agent.run.payloads import StepKind
 from deskhand.cli import CliError
 from deskhand.desk.models import Merchant
 
@@ -32,7 +33,7 @@ def one_line(text: Any, width: int) -> str:
     return flat if len(flat) <= width else flat[: width - 1] + "…"
 
 
-def prompt_source(prompt_file: str | None) -> tuple[Callable[[replay.Timeline], str], str]:
+def prompt_source(prompt_file: str | None) -> tuple[Callable[[timeline.Timeline], str], str]:
     """(the system prompt for a timeline, what to call it): the file's, else today's."""
     if not prompt_file:
         return system_for, "the current system prompt"
@@ -44,7 +45,7 @@ def prompt_source(prompt_file: str | None) -> tuple[Callable[[replay.Timeline], 
     except UnicodeDecodeError:
         raise CliError(f"{prompt_file!r} is not a UTF-8 text file.", code="invalid") from None
     return (
-        lambda tl: replay.custom_system_prompt(text, tl.token),
+        lambda tl: divergence.custom_system_prompt(text, tl.token),
         f"the system prompt in {prompt_file}",
     )
 
@@ -86,7 +87,7 @@ def differing(a: list[str], b: list[str], width: int = 120) -> tuple[str, str]:
     return "…" + one_line(left[start:], width), "…" + one_line(right[start:], width)
 
 
-def diverge(cmd: BaseCommand, tl: replay.Timeline, opts: dict[str, Any]) -> None:
+def diverge(cmd: BaseCommand, tl: timeline.Timeline, opts: dict[str, Any]) -> None:
     """One run: print where it first decides otherwise; exit 1 if it does, 0 if not."""
     system_text, source = prompt_source(opts["system_prompt"])
     who = asked(opts)
@@ -98,7 +99,7 @@ def diverge(cmd: BaseCommand, tl: replay.Timeline, opts: dict[str, Any]) -> None
     except corpus.ReplayRefused as exc:
         raise CliError(str(exc), code="invalid") from None
     try:
-        result = replay.diverge(tl, provider, system_text(tl), budget)
+        result = divergence.diverge(tl, provider, system_text(tl), budget)
     except Exception as exc:  # a provider failing mid-replay is reported, not a traceback
         raise CliError(
             f"the provider failed during the replay: {type(exc).__name__}: {one_line(exc, 200)}."
@@ -113,7 +114,7 @@ def diverge(cmd: BaseCommand, tl: replay.Timeline, opts: dict[str, Any]) -> None
 
 
 def _diverge_json(
-    tl: replay.Timeline, provider: Any, source: str, r: replay.Divergence
+    tl: timeline.Timeline, provider: Any, source: str, r: divergence.Divergence
 ) -> dict[str, Any]:
     return {
         "run": str(tl.run.pk),
@@ -135,10 +136,10 @@ def _diverge_json(
 
 def _diverge_lines(
     w: Callable[[str], Any],
-    tl: replay.Timeline,
+    tl: timeline.Timeline,
     provider: Any,
     source: str,
-    r: replay.Divergence,
+    r: divergence.Divergence,
 ) -> None:
     w(
         f"replaying run {tl.run.id} against {source} with {provider.name}/{provider.model} — "

@@ -19,7 +19,7 @@ is counted once, for the reply that came back.
 sleep durably (``base.return_waits``), a 429/529 that names a wait (``retry-after``, or an
 exhausted ``anthropic-ratelimit-*`` budget's reset) is raised at once with ``retry_after``
 set; the workflow sleeps it (``DBOS.sleep_async``: no thread held) and calls again, within
-the same ``RetryPolicy`` (agent.turns, docs/rate-limits.md). Backoff with no named wait is
+the same ``RetryPolicy`` (agent.run.turns, docs/rate-limits.md). Backoff with no named wait is
 still slept here: it is seconds, and rare.
 
 **No streaming; a timeout sized to ``max_tokens``.** The read timeout is twice

@@ -13,7 +13,7 @@ same request would likely get the same answer), with the reason, so the run ends
 What is kept of each block is what the API accepts back in the next request: unknown
 block types (server tools, future kinds) are dropped, as are fields a block of its type
 does not take. Values are kept as they came (a tool call's ``input`` that is not an
-object, an odd id): the loop answers such calls with an error (``agent.untrusted``,
+object, an odd id): the loop answers such calls with an error (``agent.conversation.untrusted``,
 ``agent.conversation.unrunnable``).
 """
 

@@ -10,7 +10,7 @@ import contextvars
 import dataclasses
 from typing import Any, Protocol
 
-# Set by the model step when its runtime can sleep durably (agent.turns): a wait the API
+# Set by the model step when its runtime can sleep durably (agent.run.turns): a wait the API
 # asks for (``retry-after``) is then handed back at once as a ``ProviderError`` with
 # ``retry_after`` set, instead of being slept inside the step with a worker thread held.
 return_waits: contextvars.ContextVar[bool] = contextvars.ContextVar("return_waits", default=False)

@@ -5,292 +5,43 @@ record, its items and refund remainder, and the numbers written in the
 knowledge-base policy — never from a table keyed by ticket reference, and
 never from instructions inside ticket text. It is a stand-in for a model, not
 a model: it reads a handful of policy shapes and escalates whatever it cannot
-read.
+read. What it reads is ``agent.providers.policy_reading``.
+
+Over 400 lines because ``Case`` is one decision procedure — which reads come next, then
+one verdict per kind of ticket (refund, shipping, warranty, duplicate) and the words the
+customer and the run's note get — and reads best top to bottom in one place.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import datetime as dt
-import json
 import re
-from collections.abc import Iterator
 from typing import Any
 
-from agent.fence import unwrap
 from agent.providers.base import ModelReply
+from agent.providers.policy_reading import (
+    DECLINED_REFUND,
+    INSTRUCTION,
+    ORDER_REF,
+    QUALITY,
+    QUERIES,
+    TOPICS,
+    History,
+    Policy,
+    ToolCall,
+    business_days,
+    first_line,
+    format_money,
+    instructions_in,
+    mentions,
+    sentences,
+    when,
+)
 from agent.providers.scripted import MARK, _assistant_turns, _Reporting, say
-
-DENIAL_PREFIX = "A person declined this action."
-IRREVERSIBLE = ("issue_refund", "send_customer_email", "cancel_order")
 
 Step = tuple[str, dict[str, Any]]
 Placed = tuple[dt.datetime, dict[str, Any]]
-
-
-def _blocks(message: dict[str, Any]) -> list[dict[str, Any]]:
-    content = message.get("content")
-    if isinstance(content, str):
-        return [{"type": "text", "text": content}]
-    return [b for b in content or [] if isinstance(b, dict)]
-
-
-# --- the history, read back ----------------------------------------------------
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class ToolCall:
-    """One tool call the provider made and what came back (``text`` None: no result yet)."""
-
-    name: str
-    args: dict[str, Any]
-    text: str | None = None
-    is_error: bool = False
-
-    @property
-    def data(self) -> Any:
-        return self._decoded()[0]
-
-    @property
-    def trailing(self) -> str:
-        """What follows the JSON record, or the whole text if it holds none."""
-        return self._decoded()[1]
-
-    def _decoded(self) -> tuple[Any, str]:
-        # A record with text appended after it (a fault, an injection) still reads as the record;
-        # the text after it is scanned for instructions, never taken as fact.
-        text = (self.text or "").strip()
-        if self.text is None or self.is_error:
-            return None, text
-        try:
-            data, end = json.JSONDecoder().raw_decode(text)
-        except ValueError:
-            return None, text
-        return data, text[end:]
-
-    @property
-    def succeeded(self) -> bool:
-        return self.text is not None and not self.is_error
-
-    @property
-    def declined(self) -> bool:
-        return self.is_error and (self.text or "").startswith(DENIAL_PREFIX)
-
-    @property
-    def failure(self) -> str:
-        """Why it did not happen, in one line: the approver's reason or the error."""
-        text = (self.text or "no result").strip()
-        if self.declined:
-            reason = re.search(r"Reason:\s*(.*)", text)
-            return f"a person declined it (reason: {reason.group(1).strip() if reason else 'none given'})"
-        return f"it failed: {first_line(text)}"
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class History:
-    ticket_reference: str | None
-    calls: tuple[ToolCall, ...]
-
-    @classmethod
-    def read(cls, messages: list[dict[str, Any]]) -> History:
-        reference = None
-        if messages and messages[0].get("role") == "user":
-            opening = " ".join(
-                b.get("text", "") for b in _blocks(messages[0]) if b.get("type") == "text"
-            )
-            if m := re.search(r"Ticket reference:\s*(\S+)", opening):
-                reference = m.group(1)
-        uses: list[tuple[str, str, dict[str, Any]]] = []
-        results: dict[str, tuple[str, bool]] = {}
-        for message in messages:
-            for block in _blocks(message):
-                if message.get("role") == "assistant" and block.get("type") == "tool_use":
-                    uses.append(
-                        (block.get("id", ""), block.get("name", ""), block.get("input") or {})
-                    )
-                elif block.get("type") == "tool_result":
-                    results[block.get("tool_use_id", "")] = (
-                        _result_text(block.get("content")),
-                        bool(block.get("is_error")),
-                    )
-        calls = []
-        for use_id, name, args in uses:
-            text, is_error = results.get(use_id, (None, False))
-            calls.append(ToolCall(name, dict(args), text, is_error))
-        return cls(reference, tuple(calls))
-
-    def last(self, name: str, **match: Any) -> ToolCall | None:
-        for c in reversed(self.calls):
-            if c.name == name and all(c.args.get(k) == v for k, v in match.items()):
-                return c
-        return None
-
-    def attempt(self, name: str, args: dict[str, Any]) -> ToolCall | None:
-        """An earlier irreversible call on the same target, whatever its other arguments."""
-        key = "reference" if name == "send_customer_email" else "order_reference"
-        return self.last(name, **{key: args.get(key)})
-
-    def irreversible(self) -> list[ToolCall]:
-        return [c for c in self.calls if c.name in IRREVERSIBLE]
-
-    def untrusted_texts(self) -> Iterator[str]:
-        """Every string the tools returned, JSON strings unpacked."""
-        for c in self.calls:
-            if c.text is None:
-                continue
-            yield from _strings(c.data)
-            yield c.trailing
-
-
-def _result_text(content: Any) -> str:
-    if isinstance(content, list):
-        content = "\n".join(b.get("text", "") for b in content if isinstance(b, dict))
-    return unwrap(str(content or ""))
-
-
-def _strings(value: Any) -> Iterator[str]:
-    if isinstance(value, str):
-        yield value
-    elif isinstance(value, dict):
-        for v in value.values():
-            yield from _strings(v)
-    elif isinstance(value, list):
-        for v in value:
-            yield from _strings(v)
-
-
-# --- reading text -------------------------------------------------------------
-
-_NUMBER_WORDS = {"a": 1, "an": 1, "one": 1, "two": 2, "three": 3, "four": 4, "five": 5, "six": 6,
-                 "seven": 7, "eight": 8, "nine": 9, "ten": 10, "twelve": 12}  # fmt: skip
-
-# Text addressed to the agent rather than to support: a customer cannot pre-approve anything.
-_INSTRUCTION = re.compile(
-    "|".join(
-        (
-            r"(?:ignore|disregard|forget) (?:all |any )?(?:of )?(?:your |the )?"
-            r"(?:previous|prior|above|earlier) instructions",
-            r"\bcall\s+(?:issue_refund|send_customer_email|cancel_order)\b",
-            r"^\W*system(?: override)?\s*:",
-            r"do not (?:request|ask for) (?:human )?approval",
-            r"\bpre-?(?:approved|authori[sz]ed)\b",
-        )
-    ),
-    re.IGNORECASE | re.MULTILINE,
-)
-_REFUND_INSTRUCTION = re.compile(r"\bcall\s+issue_refund\b", re.IGNORECASE)
-_ORDER_REF = re.compile(r"\b[A-Z]{2}-\d{4}\b")
-# How an earlier run's note records a refund a person declined (``Case._outcome``).
-_DECLINED_REFUND = re.compile(
-    r"I asked to refund (\d+\.\d{2}) ([A-Z]{3}) against ([A-Z0-9-]+), but a person declined it"
-    r" \(reason: ([^)]*)\)"
-)
-
-# Topic, in order of precedence, and what to search the knowledge base for.
-_TOPICS = (
-    ("duplicate", r"charged twice|double[- ]charged|duplicate|two charges|charged two times"),
-    ("warranty", r"warrant|crack|broken|\bbroke\b|stopped working|defect|faulty"),
-    ("wrong_item", r"wrong item|wrong order|instead of|not what i ordered|sent me the wrong"),
-    ("refund", r"refund|money back|dollars back|stale|quality|tastes?\b|\bflat\b|damaged"),
-    (
-        "shipping",
-        r"where is|where it is|where's|tracking|\blate\b|turned up|arrived yet|not arrived",
-    ),
-)
-_QUERIES = {
-    "duplicate": "duplicate charge",
-    "warranty": "warranty",
-    "wrong_item": "refund policy",
-    "refund": "refund policy",
-    "shipping": "shipping times",
-}
-_QUALITY = re.compile(
-    r"\b(stale|quality|flat|papery|tastes?|grinder|incorrect roast|wrong roast|damaged|rancid|"
-    r"burnt|mou?ldy)\b"
-)
-
-
-def _sentences(text: str) -> list[str]:
-    return [s.strip() for s in re.split(r"(?<=[.!?])\s+|\n+", text) if s.strip()]
-
-
-def first_line(text: str, limit: int = 200) -> str:
-    line = text.strip().split("\n", 1)[0]
-    return line if len(line) <= limit else line[: limit - 1] + "…"
-
-
-def _number(word: str) -> int | None:
-    return int(word) if word.isdigit() else _NUMBER_WORDS.get(word.lower())
-
-
-def instructions_in(text: str) -> list[str]:
-    """Sentences in ``text`` that address the agent instead of support."""
-    return [s for s in _sentences(text) if _INSTRUCTION.search(s)]
-
-
-def refund_instructions(text: str) -> list[str]:
-    return [s for s in _sentences(text) if _REFUND_INSTRUCTION.search(s)]
-
-
-def _money(cents: int, currency: str = "USD") -> str:
-    whole, fraction = divmod(abs(cents), 100)
-    return f"{'-' if cents < 0 else ''}{whole}.{fraction:02d} {currency}"
-
-
-def _when(value: Any) -> dt.datetime | None:
-    if not isinstance(value, str):
-        return None
-    try:
-        when = dt.datetime.fromisoformat(value)
-    except ValueError:
-        return None
-    return when.astimezone(dt.UTC).replace(tzinfo=None) if when.tzinfo else when
-
-
-def _business_days(order: dict[str, Any]) -> int:
-    days = int(order.get("days_since_placed") or 0)
-    placed = _when(order.get("placed_at"))
-    if placed is None:
-        return days * 5 // 7
-    return sum(1 for n in range(1, days + 1) if (placed + dt.timedelta(days=n)).weekday() < 5)
-
-
-class Policy:
-    """The rules a handful of sentence shapes in the knowledge base state."""
-
-    def __init__(self, articles: list[dict[str, Any]]) -> None:
-        self.sentences = [s for a in articles for s in _sentences(str(a.get("body", "")))]
-
-    def sentence(self, pattern: str) -> str | None:
-        return next((s for s in self.sentences if re.search(pattern, s, re.IGNORECASE)), None)
-
-    def number(self, topic: str, pattern: str) -> tuple[int, str] | None:
-        """The first number ``pattern`` captures in a sentence about ``topic``, with the sentence."""
-        for s in self.sentences:
-            m = re.search(pattern, s, re.IGNORECASE) if re.search(topic, s, re.IGNORECASE) else None
-            if m and (n := _number(m.group(1))) is not None:
-                return n, s
-        return None
-
-    def phrases(self, pattern: str) -> list[str]:
-        """The list a sentence enumerates after ``pattern`` ("including a, b, and c")."""
-        s = self.sentence(pattern)
-        m = re.search(rf"(?:{pattern})\s+([^.]+)", s or "", re.IGNORECASE)
-        if m is None:
-            return []
-        return [
-            p.strip()
-            for p in re.split(r",\s*(?:and |or )?|\s+and\s+|\s+or\s+", m.group(1))
-            if p.strip()
-        ]
-
-
-def _mentions(phrase: str, text: str, *, every: bool = True) -> bool:
-    """Every (or any) word of ``phrase`` appears in ``text``, loosely ("cracking" ~ "cracked")."""
-    words = re.findall(r"[a-z]+", text.lower())
-    stems = [w[:5] for w in re.findall(r"[a-z]+", phrase.lower()) if len(w) > 2]
-    found = (any(w.startswith(stem) for w in words) for stem in stems)
-    return bool(stems) and (all(found) if every else any(found))
 
 
 # --- the case --------------------------------------------------------------------
@@ -322,10 +73,10 @@ class Case:
         self.embedded += [s for text in history.untrusted_texts() for s in instructions_in(text)]
         words = "\n".join([str(ticket.get("subject", "")), *customer_words])
         # Sentences addressed to the agent say nothing about what the customer needs.
-        self.words = " ".join(s for s in _sentences(words) if not _INSTRUCTION.search(s)).lower()
-        self.order_references = list(dict.fromkeys(_ORDER_REF.findall("\n".join(customer_words))))
-        self.topic = next((t for t, p in _TOPICS if re.search(p, self.words)), "unknown")
-        self.kb_query = _QUERIES.get(self.topic) or first_line(
+        self.words = " ".join(s for s in sentences(words) if not INSTRUCTION.search(s)).lower()
+        self.order_references = list(dict.fromkeys(ORDER_REF.findall("\n".join(customer_words))))
+        self.topic = next((t for t, p in TOPICS if re.search(p, self.words)), "unknown")
+        self.kb_query = QUERIES.get(self.topic) or first_line(
             str(ticket.get("subject") or "help"), 80
         )
         self.email = str((ticket.get("customer") or {}).get("email", ""))
@@ -355,13 +106,11 @@ class Case:
     def _placed(self, order: dict[str, Any]) -> dt.datetime | None:
         """When an order was placed, to the minute if any tool said so."""
         for row in (self._customer() or {}).get("orders", []):
-            if row.get("reference") == order.get("reference") and _when(row.get("placed_at_iso")):
-                return _when(row["placed_at_iso"])
+            if row.get("reference") == order.get("reference") and when(row.get("placed_at_iso")):
+                return when(row["placed_at_iso"])
         # A bare day ("2026-03-10", what get_order gives) cannot tell two orders an hour apart.
         placed = order.get("placed_at")
-        return (
-            _when(placed) if isinstance(placed, str) and len(placed) > len("YYYY-MM-DD") else None
-        )
+        return when(placed) if isinstance(placed, str) and len(placed) > len("YYYY-MM-DD") else None
 
     def further_reads(self) -> Step | None:
         """Reads a duplicate charge needs beyond the named orders: exact times, sibling orders."""
@@ -425,8 +174,8 @@ class Case:
             body = str(m.get("body", ""))
             if m.get("kind") != "note" or not body.startswith(MARK):
                 continue
-            for asked, currency, ref, reason in _DECLINED_REFUND.findall(body):
-                same = asked == _money(amount, currency).split(" ")[0]
+            for asked, currency, ref, reason in DECLINED_REFUND.findall(body):
+                same = asked == format_money(amount, currency).split(" ")[0]
                 if same and ref == args.get("order_reference"):
                     return f"reason: {reason.strip()}"
         return None
@@ -476,7 +225,7 @@ class Case:
         window = policy.number("quality", r"(?:within|up to) (\w+) days")
         if window is None:
             return self._escalate("The knowledge base gives no refund window I can apply.")
-        if not _QUALITY.search(self.words):
+        if not QUALITY.search(self.words):
             return self._escalate(
                 f"The customer's reason is not a quality problem, and the policy lets me refund "
                 f'opened goods only for one ("{window[1]}").'
@@ -504,7 +253,7 @@ class Case:
             )
             why = (
                 f"The customer reports a quality problem {days} days after delivery of {ref}, "
-                f"{window_text}, so the goods are due ({_money(goods_left, currency)}), not shipping."
+                f"{window_text}, so the goods are due ({format_money(goods_left, currency)}), not shipping."
             )
             acts = (
                 (
@@ -515,18 +264,18 @@ class Case:
             return Verdict("resolved", why, acts)
         if refundable <= 0:
             return self._escalate(
-                f"Nothing is left to refund on {ref} ({_money(refunded, currency)} already refunded)."
+                f"Nothing is left to refund on {ref} ({format_money(refunded, currency)} already refunded)."
             )
         # The goods went back already; what is left is the shipping, which the policy does not
         # make due. Asked as what it is, so the approver decides knowing it.
         reason = (
             f"{MARK} Shipping only, not goods: the goods on {ref} were refunded already "
-            f"({_money(refunded, currency)}); the quality policy does not cover shipping."
+            f"({format_money(refunded, currency)}); the quality policy does not cover shipping."
         )
         why = (
             f"The customer reports a quality problem {days} days after delivery of {ref}, "
-            f"{window_text}; the goods were refunded already ({_money(refunded, currency)}). Only "
-            f"the shipping ({_money(refundable, currency)}) is left, which the policy does not "
+            f"{window_text}; the goods were refunded already ({format_money(refunded, currency)}). Only "
+            f"the shipping ({format_money(refundable, currency)}) is left, which the policy does not "
             "make due, so a person decides whether it goes back too."
         )
         acts = (
@@ -547,7 +296,7 @@ class Case:
         late = policy.number(r"\blate\b", r"(\w+) business days")
         if late is None:
             return self._escalate("The knowledge base gives no point at which an order is late.")
-        business = _business_days(order)
+        business = business_days(order)
         placed = (
             f"{ref} was placed {order.get('days_since_placed')} days ago ({business} business days)"
         )
@@ -569,7 +318,7 @@ class Case:
             return self._escalate(f"I cannot tell whether {ref} is under warranty.")
         # Doubt goes to a person: any hint of an exclusion escalates, only a full match is covered.
         exclusions = policy.phrases("does not cover")
-        if excluded := next((p for p in exclusions if _mentions(p, self.words, every=False)), None):
+        if excluded := next((p for p in exclusions if mentions(p, self.words, every=False)), None):
             return self._escalate(
                 f"The reported fault sounds like {excluded}, which the warranty excludes."
             )
@@ -578,7 +327,7 @@ class Case:
                 f"{ref} was delivered {age} days ago, outside the {years[0]}-year warranty."
             )
         covered = next(
-            (p for p in policy.phrases("including|such as") if _mentions(p, self.words)), None
+            (p for p in policy.phrases("including|such as") if mentions(p, self.words)), None
         )
         if covered is None:
             return self._escalate(
@@ -611,7 +360,7 @@ class Case:
         amount = min(int(dup["total_cents"]), int(dup.get("refundable_cents", 0)))
         why = (
             f"{first['reference']} and {dup['reference']} are orders for the same "
-            f"{_money(dup['total_cents'], dup['currency'])} placed {apart}; by the policy "
+            f"{format_money(dup['total_cents'], dup['currency'])} placed {apart}; by the policy "
             f'("{window[1]}") {dup["reference"]}, the later one, is the duplicate.'
         )
         if amount <= 0:
@@ -652,7 +401,7 @@ class Case:
         if done and isinstance(done.data, dict):
             amount = int(done.data.get("refunded_cents", amount))
         name = str((self.ticket.get("customer") or {}).get("name", "")).split(" ")[0] or "there"
-        money = _money(amount, dup["currency"])
+        money = format_money(amount, dup["currency"])
         body = (
             f"{MARK} Hello {name},\n\nYou were charged twice: {first['reference']} and "
             f"{dup['reference']} are the same order. We treated {dup['reference']} as the duplicate "
@@ -684,9 +433,9 @@ class Case:
             currency = data.get("currency") or order.get("currency", "USD")
             if c.succeeded:
                 refunded = int(data.get("refunded_cents", c.args.get("amount_cents", 0)))
-                return f"Refunded {_money(refunded, currency)} against {target}."
+                return f"Refunded {format_money(refunded, currency)} against {target}."
             asked = c.args.get("amount_cents")
-            amount = _money(asked, currency) if isinstance(asked, int) else repr(asked)
+            amount = format_money(asked, currency) if isinstance(asked, int) else repr(asked)
             return f"I asked to refund {amount} against {target}, but {c.failure}."
         if c.name == "send_customer_email":
             if c.succeeded:

@@ -1,14 +1,8 @@
-"""Running a tool call as one step: validation, the handler, the step row, the ledger.
+"""Running a read or reversible tool call as one step: validation, the handler, the step row.
 
-Reads and reversible tools run in a transaction with their step row.
-Irreversible tools run only through ``execute_irreversible``, which claims the
-ledger key in the same transaction as the effect: a step re-executed after a
-crash between the commit and the DBOS checkpoint finds its claim and returns
-the recorded result instead of acting again. That holds outright for an effect
-that is a row in this database (the in-database adapter). An effect in another
-system (a payment provider, a mail server: ``agent.effects``) is claimed
-``pending`` under the same lock and committed first, then made under the ledger
-key as its idempotency key, then recorded (``agent.effects.intents``).
+They run in one transaction with their step row, under the run's row lock. Irreversible
+calls never come here: they pass the approval gate and run through the ledger
+(``agent.ledger.effect``), which builds the same ``tool_context``.
 """
 
 from __future__ import annotations
@@ -18,18 +12,15 @@ from typing import Any
 
 from django.db import transaction
 
-from agent import faults, lineage
-from agent.effects import intents
-from agent.models import ACTIVE_STATUSES, LedgerEntry, LedgerState, Run, RunStatus, StepKind
-from agent.narrowing import NarrowingRefused, approved_call, changes_text, with_change_note
-from agent.steplog import log_step, storable
-from agent.tools import REGISTRY, Risk, ToolError, args_hash, get_tool
+from agent.models import ACTIVE_STATUSES, Run, RunStatus
+from agent.run import faults
+from agent.run.payloads import StepKind
+from agent.run.steplog import log_step
+from agent.tools import REGISTRY, Risk, ToolError, get_tool
 from agent.tools.registry import ToolContext
-from approvals.models import Approval, ApprovalStatus
-from deskhand import events
 
 
-def _context(
+def tool_context(
     run: Run, call_id: str, root: Run | None = None, ledger_entry_id: int | None = None
 ) -> ToolContext:
     return ToolContext(
@@ -44,17 +35,7 @@ def _context(
     )
 
 
-def ledger_key(root: Run, call_id: str, digest: str) -> str:
-    """Root run + the call's id + its arguments hash: a re-executed step finds its own claim.
-
-    Unique per claim. Whether an effect was already made is not decided by this key
-    (a real model mints a fresh call id every time) but by ``agent.lineage``: the same
-    identity and content anywhere in the lineage, whatever the wording.
-    """
-    return f"{root.pk}:{call_id}:{digest[:16]}"
-
-
-def _closed(status: str, name: str) -> dict[str, Any]:
+def not_performed(status: str, name: str) -> dict[str, Any]:
     """What a tool step answers on a run that is no longer active: nothing was performed."""
     return {
         "stop": "cancelled" if status in (RunStatus.CANCELLING, RunStatus.CANCELLED) else "closed",
@@ -93,13 +74,13 @@ def execute_tool(run_id: str, seq: int, call: dict[str, Any]) -> dict[str, Any]:
         # The run's row lock, as a cancel takes it (the step row's totals update takes it anyway).
         status = Run.objects.select_for_update().values_list("status", flat=True).get(pk=run_id)
         if status not in ACTIVE_STATUSES:
-            return _closed(status, name)
+            return not_performed(status, name)
         text, ok, inverse = error or "", error is None, None
         if error is None and tool is not None:
             try:
                 with transaction.atomic():  # a savepoint: a failed handler leaves nothing behind
                     faults.before_tool(name, run_id)
-                    outcome = tool.run(_context(run, call_id), valid or {})
+                    outcome = tool.run(tool_context(run, call_id), valid or {})
                 text, inverse = faults.after_tool(name, run_id, outcome.text), outcome.inverse
             except ToolError as exc:
                 text, ok = str(exc), False
@@ -117,186 +98,3 @@ def execute_tool(run_id: str, seq: int, call: dict[str, Any]) -> dict[str, Any]:
             inverse=inverse,
         )
     return {"text": text, "ok": ok}
-
-
-def execute_irreversible(
-    run_id: str, seq: int, call: dict[str, Any], approval_id: str
-) -> dict[str, Any]:
-    """Perform an approved irreversible call exactly once, through the ledger.
-
-    Everything happens in one transaction: re-check the approval row (the
-    decision, not any message, is the authority), claim the ledger key, run
-    the handler, record the result, write the step row. Returns
-    ``{"text", "ok", "replayed"}`` or ``{"stop": reason, "detail"}``.
-
-    What is performed is the *approved* call: the proposal, or the narrower call
-    a person approved instead (``agent.narrowing``; re-checked here against the
-    registry and the recorded hash). The ledger key, the lineage's identity and
-    every ceiling apply to it, and the model's result says a person changed it.
-
-    It starts by locking the run's row (a cancel takes the same lock) and
-    re-reading its status: on a run being cancelled (or already ended) nothing
-    is performed and nothing is written — it returns ``{"stop": "cancelled" |
-    "closed", "status", "detail"}``, which the loop turns into a quiet end —
-    unless the ledger already holds this exact call's claim, which is replayed
-    as usual (nothing new happens; the record is reported).
-    """
-    name, call_id, args = call["name"], call["id"], call["input"]
-    tool = get_tool(name)
-    digest = args_hash(name, args)
-    started = time.monotonic()
-    with transaction.atomic():
-        # The run's row lock first: a cancel takes the same lock, so an effect and a
-        # cancel are serialised. Whichever commits first, the other sees it.
-        run = (
-            Run.objects.select_for_update(of=("self",))
-            .select_related("ticket", "merchant")
-            .get(pk=run_id)
-        )
-        root = run.root()  # walks the fork chain: once per call, not once per use
-        if root.pk != run.pk:
-            # The lineage's lock: two runs of one lineage never decide "already made?" at once.
-            list(Run.objects.select_for_update().filter(pk=root.pk).values_list("pk", flat=True))
-        approval = Approval.objects.select_for_update().get(pk=approval_id)
-        if (
-            approval.status != ApprovalStatus.APPROVED
-            or str(approval.run_id) != run_id
-            or approval.tool_call_id != call_id
-            or approval.args_hash != digest
-        ):
-            if not run.is_active:
-                return _closed(run.status, name)
-            return {
-                "stop": "approval_mismatch",
-                "detail": "the approval on record does not cover this exact call",
-            }
-        try:
-            performed = approved_call(approval, call)
-        except NarrowingRefused as exc:
-            return {"stop": "approval_mismatch", "detail": f"the approved call is refused: {exc}"}
-        done_args = performed["input"]
-        done_digest = args_hash(name, done_args)
-        changed = changes_text(name, args, done_args) if done_digest != digest else ""
-        key = ledger_key(root, call_id, done_digest)
-        # This call's own claim (a re-execution after a crash between commit and checkpoint),
-        # else the same effect made anywhere in the lineage since the lookup.
-        entry = LedgerEntry.objects.select_for_update().filter(key=key).first() or lineage.lookup(
-            run, performed, root
-        )
-        if not run.is_active and entry is None:
-            # Nothing new happens on a run being cancelled or ended. A claim already made
-            # is still answered from the ledger below: it performs nothing, it reports what was done.
-            return _closed(run.status, name)
-        own = entry is not None and entry.run_id == run.pk and entry.tool_call_id == call_id
-        pending: tuple[int, bool] | None = None
-        if entry is not None and own and entry.is_pending:
-            # This call's own claim on another system, not yet recorded: settle it under the
-            # same key (or only look it up, on a run that may no longer act).
-            pending = (entry.pk, run.is_active)
-        elif entry is not None:
-            text = entry.result if own else lineage.answer_text(entry)
-            text = with_change_note(text, changed, approval)
-            log_step(
-                run_id=run_id,
-                seq=seq,
-                kind=StepKind.TOOL,
-                tool=name,
-                tool_call_id=call_id,
-                risk=tool.risk.value,
-                arguments=done_args,
-                result={"text": text, "ledger_key": entry.key},
-                ok=entry.ok,
-                replayed=True,
-            )
-            return {"text": text, "ok": entry.ok, "replayed": True}
-        else:
-            adapter = intents.adapter_name(run.merchant, tool)
-            external = adapter != intents.DATABASE
-            entry = LedgerEntry.objects.create(
-                key=key,
-                merchant_id=run.merchant_id,
-                root_run=root,
-                run=run,
-                tool=name,
-                tool_call_id=call_id,
-                args_hash=done_digest,
-                identity=lineage.call_identity(name, done_args),
-                arguments=done_args,
-                approval=approval,
-                ok=not external,
-                result="",
-                state=LedgerState.PENDING if external else LedgerState.DONE,
-                adapter=adapter,
-            )
-            context = _context(run, call_id, root, ledger_entry_id=entry.pk)
-            if external:
-                refused = intents.claim(entry, tool, context, done_args)
-                if refused is None:
-                    pending = (entry.pk, True)
-            else:
-                try:
-                    with transaction.atomic():
-                        faults.before_tool(name, run_id)
-                        outcome = tool.run(context, done_args)
-                    entry.result, entry.ok = faults.after_tool(name, run_id, outcome.text), True
-                except ToolError as exc:
-                    entry.result, entry.ok = str(exc), False
-                entry.result = storable(entry.result)
-                entry.save(update_fields=["result", "ok"])
-                faults.at("after_effect", name)
-            text = with_change_note(entry.result, changed, approval)
-            if pending is None:
-                log_step(
-                    run_id=run_id,
-                    seq=seq,
-                    kind=StepKind.TOOL,
-                    tool=name,
-                    tool_call_id=call_id,
-                    risk=tool.risk.value,
-                    arguments=done_args,
-                    result={"text": text, "ledger_key": key, "approval_id": approval_id},
-                    ok=entry.ok,
-                    latency_ms=int((time.monotonic() - started) * 1000),
-                )
-                events.emit(
-                    "run.effect",
-                    run_id=run_id,
-                    tool=name,
-                    approval_id=approval_id,
-                    ok=entry.ok,
-                    seq=seq,
-                    adapter=entry.adapter,
-                )
-    if pending is not None:
-        faults.at("after_claim", name)  # committed; the other system is not yet called
-        return intents.settle(
-            pending[0],
-            run_id=run_id,
-            seq=seq,
-            call=performed,
-            approval_id=approval_id,
-            may_send=pending[1],
-            note=lambda result: with_change_note(result, changed, approval),
-        )
-    faults.at("after_commit", name)
-    return {"text": text, "ok": entry.ok, "replayed": False}
-
-
-def ledger_lookup(run_id: str, call: dict[str, Any]) -> dict[str, Any] | None:
-    """Before asking a person: has the lineage already made this effect (``agent.lineage``)?
-
-    ``None``: it has not, so a person is asked. Otherwise the answer the model reads,
-    naming the run that made it. ``same_args`` is always true now (a proposal that merely
-    differs is a new effect, never a mismatch); it stays for checkpoints recorded before.
-    """
-    run = Run.objects.get(pk=run_id)
-    entry = lineage.lookup(run, call)
-    if entry is None:
-        return None
-    return {
-        "ok": entry.ok,
-        "text": lineage.answer_text(entry),
-        "same_args": True,
-        "key": entry.key,
-        "run_id": str(entry.run_id),
-    }

@@ -181,7 +181,7 @@ TOOLS: list[ToolDef] = [
         # new email a person approves, with the earlier one on the card. The subject is wording.
         identity=("reference",),
         content=("body",),
-        # For divergence (agent.decisions) both subject and body are wording: a reworded
+        # For divergence (agent.replay.decisions) both subject and body are wording: a reworded
         # email is a soft difference there, while the ledger still matches on the body.
         wording=("subject", "body"),
         # A person may edit the body; the ticket, and so the recipient, stays as proposed.

@@ -17,7 +17,7 @@ from typing import Any
 
 import jsonschema
 
-from agent.tools.masking import mask_result
+from agent.privacy.masking import mask_result
 
 
 class Risk(enum.StrEnum):
@@ -79,7 +79,7 @@ class ToolDef:
     check: Callable[[dict[str, Any]], None] | None = None
     # Irreversible tools: the argument fields that say *which* effect a call is (which order,
     # which amount, which ticket and so which recipient). The ledger matches a call against
-    # every effect of its lineage by these (``agent.lineage``), never by the model's call id.
+    # every effect of its lineage by these (``agent.ledger.lineage``), never by the model's call id.
     identity: tuple[str, ...] = ()
     # Irreversible tools: the fields that must *also* be identical for an effect already made
     # to answer a call (an email's body: the same words to the same person). Two calls with
@@ -91,18 +91,18 @@ class ToolDef:
     content: tuple[str, ...] = ()
     # Irreversible tools: the fields a person may change when approving, and how (a smaller
     # refund, an edited body). Everything else — the order, the recipient, the tool — is
-    # approved exactly as proposed or not at all (``agent.narrowing``).
+    # approved exactly as proposed or not at all (``agent.consent.narrowing``).
     narrowable: tuple[tuple[str, Narrowing], ...] = ()
     # The argument fields that are wording (a reason, a note's or an email's body, a search's
     # words) rather than a decision. ``replay --diverge`` compares every other field — amounts,
     # order and customer references, recipients, statuses — and reports a difference only in
-    # these as a soft one (``agent.decisions``). An irreversible tool's wording is exactly the
+    # these as a soft one (``agent.replay.decisions``). An irreversible tool's wording is exactly the
     # fields outside its identity (checked at import), so "same decision" never counts a
     # field the ledger treats as identity.
     wording: tuple[str, ...] = ()
     # No merchant approval rule may ever approve this tool: a person decides every call.
     person_only: bool = False
-    # The argument a merchant rule's "up to N cents" limit reads (``agent.approval_policy``).
+    # The argument a merchant rule's "up to N cents" limit reads (``agent.consent.policy``).
     money_field: str = ""
     # Irreversible tools whose effect may live in another system: which kind ("payments",
     # "mail"). The merchant's adapter setting picks where it happens (``agent.effects``);
@@ -110,7 +110,7 @@ class ToolDef:
     external: str = ""
     # Result fields shown to the model in full: the tool's purpose needs the email addresses
     # or phone numbers in them (a staff member to assign to, the merchant's own published
-    # text). Everything else in a result is masked (``agent.tools.masking``).
+    # text). Everything else in a result is masked (``agent.privacy.masking``).
     unmasked: tuple[str, ...] = ()
 
     def narrowing(self) -> dict[str, Narrowing]:
@@ -245,7 +245,7 @@ def effect_hash(tool: ToolDef, args: Any) -> str:
     """sha256 of the canonical ``{tool, identity and content fields}``: the same effect, whatever its wording.
 
     Two calls with one effect hash do the same thing (the same refund, the same words to the
-    same customer), so an effect already made answers the second (``agent.lineage``).
+    same customer), so an effect already made answers the second (``agent.ledger.lineage``).
     """
     fields = args if isinstance(args, dict) else {}
     picked = {name: fields.get(name) for name in (*tool.identity, *tool.content)}

@@ -1,8 +1,8 @@
 """Console pages for decisions: the approvals inbox (one, several, or with changes) and the
 merchant's approval policy.
 
-Thin typed views: the narrowing rule lives in ``agent.narrowing`` and the registry, the
-policy rules in ``agent.approval_policy``, decisions in ``approvals.services``. A POST that
+Thin typed views: the narrowing rule lives in ``agent.consent.narrowing`` and the registry, the
+policy rules in ``agent.consent.policy``, decisions in ``approvals.services``. A POST that
 asks for something no rule allows (a larger refund, another order, another tool) is a 400
 with one sentence and changes nothing.
 """
@@ -21,7 +21,13 @@ from django.urls import reverse
 from django.utils import timezone
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
-from agent.approval_policy import (
+from agent.consent.narrowing import (
+    NarrowingRefused,
+    approval_approve_with_changes,
+    changes_from_form,
+    changes_text,
+)
+from agent.consent.policy import (
     PolicyRefused,
     Rule,
     policy_current,
@@ -30,12 +36,6 @@ from agent.approval_policy import (
     policy_save,
     policy_tools,
     rules_parse,
-)
-from agent.narrowing import (
-    NarrowingRefused,
-    approval_approve_with_changes,
-    changes_from_form,
-    changes_text,
 )
 from agent.tools import REGISTRY, Risk
 from approvals.services import DecisionRefused, approval_decide, approvals_decide_many

@@ -177,7 +177,7 @@ def _ended_short(merchant_id: int) -> QuerySet[Run]:
 
 
 def _waiting_on_provider(merchant_id: int) -> QuerySet[Run]:
-    """Open runs sleeping out a rate limit or a retry-after (agent.turns records the wait)."""
+    """Open runs sleeping out a rate limit or a retry-after (agent.run.turns records the wait)."""
     return Run.objects.filter(merchant_id=merchant_id, waiting_until__isnull=False).exclude(
         status__in=TERMINAL_STATUSES
     )

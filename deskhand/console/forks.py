@@ -1,6 +1,6 @@
 """What the console reads about a run's replay and lineage: its forks, and what a fork would meet.
 
-Reads only. The fork itself is ``agent.fork.fork_run`` (the same function the CLI's
+Reads only. The fork itself is ``agent.replay.fork.fork_run`` (the same function the CLI's
 ``replay --fork-from`` calls), and what the model saw is ``agent.conversation`` through
 ``runpage.model_view`` (the same rebuild ``replay --at`` prints).
 """
@@ -10,11 +10,12 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from agent.fork import fork_point
-from agent.models import Run, Step, StepKind
-from agent.redaction import replay_refusal
-from agent.replay import effective_steps
-from agent.services import RunRefused
+from agent.models import Run, Step
+from agent.privacy.redaction import replay_refusal
+from agent.replay.fork import fork_point
+from agent.replay.timeline import effective_steps
+from agent.run.payloads import StepKind
+from agent.run.services import RunRefused
 from agent.tools import Risk, risk_of
 from deskhand.desk.models import Membership
 

@@ -6,7 +6,7 @@ from django.http import HttpRequest, JsonResponse
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET
 
-from agent.health import healthz as health_summary
+from agent.ops.health import healthz as health_summary
 
 
 @require_GET

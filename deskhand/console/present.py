@@ -1,9 +1,12 @@
 """How a step reads on the run page: labels, what came from outside, where time and money went.
 
 Everything a tool returned, and everything a customer or staff member wrote,
-reached the model inside a fence (agent/fence.py). The console shows that
+reached the model inside a fence (agent/conversation/fence.py). The console shows that
 text with the fence markers removed and a visible "untrusted" label: the
 reader should know which words were the agent's and which it was handed.
+
+Over 400 lines because every kind of step has its own wording; the cases read best side by
+side.
 """
 
 from __future__ import annotations
@@ -15,9 +18,12 @@ from typing import Any
 
 from django.utils import timezone
 
-from agent import fence, payloads
-from agent.models import Redaction, RedactionReason, Run, Step, StepKind
-from agent.narrowing import changes_text
+from agent.consent.narrowing import changes_text
+from agent.conversation import fence
+from agent.models import Run, Step
+from agent.privacy.models import Redaction, RedactionReason
+from agent.run import payloads
+from agent.run.payloads import StepKind
 from approvals.models import Approval
 from deskhand.console import story
 from deskhand.desk.models import Order
@@ -375,7 +381,7 @@ class ApprovalView:
 
     @property
     def changes(self) -> str:
-        """What a person changed when approving (``agent.narrowing``), in words."""
+        """What a person changed when approving (``agent.consent.narrowing``), in words."""
         if not self.approval.changed:
             return ""
         args = self.approval.arguments if isinstance(self.approval.arguments, dict) else {}

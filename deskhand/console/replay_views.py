@@ -7,7 +7,7 @@ customer text included. Agents and viewers get a 403 naming the rule; another me
 run is a 404, as everywhere in the console.
 
 Thin views: the rebuild is ``agent.conversation`` (through ``runpage.model_view``), the
-fork is ``agent.fork.fork_run`` with ``channel=web`` — the same function, checks and audit
+fork is ``agent.replay.fork.fork_run`` with ``channel=web`` — the same function, checks and audit
 event as the CLI — and what a fork would meet is read in ``deskhand.console.forks``.
 """
 
@@ -21,10 +21,10 @@ from django.http import HttpResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_GET, require_http_methods
 
-from agent.fork import fork_run, open_run_refusal
 from agent.models import Run
-from agent.redaction import replay_refusal
-from agent.services import RunRefused
+from agent.privacy.redaction import replay_refusal
+from agent.replay.fork import fork_run, open_run_refusal
+from agent.run.services import RunRefused
 from approvals.models import Channel
 from deskhand.console import forks, runpage, selectors
 from deskhand.console.decorators import ConsoleRequest, merchant_member, refuse

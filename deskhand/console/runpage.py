@@ -11,9 +11,9 @@ from django.db.models import Max
 from django.urls import reverse
 from django.utils import timezone
 
-from agent import conversation, replay
 from agent.models import Run, Step
-from agent.redaction import replay_refusal
+from agent.privacy.redaction import replay_refusal
+from agent.replay import rebuild, timeline
 from approvals.selectors import run_audit
 from deskhand.console import forks, present, selectors, story
 from deskhand.desk.models import Membership
@@ -121,10 +121,10 @@ class SentBlock:
     error: bool = False
 
 
-def model_view(run: Run, seq: int) -> tuple[conversation.View, list[tuple[str, list[SentBlock]]]]:
+def model_view(run: Run, seq: int) -> tuple[rebuild.View, list[tuple[str, list[SentBlock]]]]:
     """What the model saw before step ``seq``, rebuilt by ``agent.conversation`` (as replay is)."""
     with transaction.atomic():
-        view = conversation.at(replay.load(run), seq)
+        view = rebuild.at(timeline.load(run), seq)
     turns = []
     for message in view.messages:
         blocks = []

@@ -17,8 +17,9 @@ from typing import Any
 from django.db import transaction
 from django.db.models import Max
 
-from agent.models import Run, Step, StepKind
-from agent.steplog import log_step
+from agent.models import Run, Step
+from agent.run.payloads import StepKind
+from agent.run.steplog import log_step
 from approvals.models import AuditEvent, Channel
 from deskhand.desk.permissions import require_actor
 from deskhand.desk.services import DomainError, inverse_apply

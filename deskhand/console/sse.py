@@ -1,7 +1,7 @@
 """Live pages from the step log: Server-Sent Events under ASGI.
 
 There is no second channel: every step row commits with a
-``pg_notify('deskhand_steps', '<run>:<seq>')`` (agent/steplog.py), and a stream
+``pg_notify('deskhand_steps', '<run>:<seq>')`` (agent/run/steplog.py), and a stream
 answers a notification by reading the table — the same rows the audit trail
 shows. One process-wide LISTEN connection (per event loop) fans out to every
 open stream, so an idle tab holds no database connection; a stream only

@@ -20,8 +20,10 @@ from typing import Any
 
 from django.utils import timezone
 
-from agent import fence, payloads
-from agent.models import Step, StepKind
+from agent.conversation import fence
+from agent.models import Step
+from agent.run import payloads
+from agent.run.payloads import StepKind
 from deskhand.desk.money import display_cents as cents
 
 MAX_QUOTE = 80  # characters of outside text a sentence quotes before it cuts

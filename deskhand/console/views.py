@@ -20,13 +20,13 @@ from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_GET, require_POST
 from django_htmx.http import HttpResponseStopPolling
 
-from agent import payloads
-from agent import selectors as agent_selectors
 from agent.effects.selectors import findings_summary, merchant_adapters, open_findings
 from agent.models import TERMINAL_STATUSES, Run
-from agent.redaction import replay_refusal
-from agent.services import RunRefused, run_cancel, run_start
-from agent.steering import SteerRefused, run_steer
+from agent.privacy.redaction import replay_refusal
+from agent.run import payloads
+from agent.run import selectors as agent_selectors
+from agent.run.services import RunRefused, run_cancel, run_start
+from agent.run.steering import SteerRefused, run_steer
 from deskhand.console import attention, forms, present, runpage, selectors
 from deskhand.console.decorators import ConsoleRequest, actor_required, merchant_member, refuse
 from deskhand.console.services import UndoRefused, step_undo

@@ -4,7 +4,15 @@ from __future__ import annotations
 
 from django.contrib import admin
 
-from deskhand.audit_admin import AuditAdmin, AuditInline, admin_link, full_id, money, person, spend
+from deskhand.desk.audit_admin import (
+    AuditAdmin,
+    AuditInline,
+    admin_link,
+    full_id,
+    money,
+    person,
+    spend,
+)
 from deskhand.desk.models import (
     Customer,
     KbArticle,

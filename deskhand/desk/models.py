@@ -57,7 +57,7 @@ class Merchant(models.Model):
         db_default=MailAdapter.DATABASE,
     )
     # How long a finished run keeps its words (step payloads, transcripts, DBOS history);
-    # the money facts are kept regardless (``agent.retention``).
+    # the money facts are kept regardless (``agent.privacy.retention``).
     retention_days = models.PositiveIntegerField(default=365, db_default=365)
 
     def __str__(self) -> str:
@@ -103,7 +103,7 @@ class Membership(models.Model):
 
 class Customer(models.Model):
     """A merchant's customer. An erased one keeps its row (orders and refunds hang off it)
-    under a pseudonym, with ``erased_at`` saying when (``agent.erasure``)."""
+    under a pseudonym, with ``erased_at`` saying when (``agent.privacy.erasure``)."""
 
     merchant = models.ForeignKey(Merchant, on_delete=models.CASCADE, related_name="customers")
     name = models.CharField(max_length=200)

@@ -10,11 +10,11 @@ A dropped lock is not yet a dead worker: a Postgres restart drops every session 
 once. So the worker also writes ``last_seen`` (the database's clock) to its
 ``fleet.Worker`` row every ``heartbeat`` seconds, and only while it holds the lock;
 another worker takes its runs over only once the lock is free *and* ``last_seen`` is
-older than the grace period (``deskhand.fleet.takeover``). The two halves that keep
+older than the grace period (``deskhand.dbos.engine.takeover``). The two halves that keep
 one id to one executor:
 
 * **The gate.** Step bodies run only while the lease is confirmed (``guard()`` in
-  ``agent.workflow``): a heartbeat that fails, or one older than half the grace, closes
+  ``deskhand.dbos.engine.workflow``): a heartbeat that fails, or one older than half the grace, closes
   it. A worker that lost its lock therefore stops executing steps well before anyone
   may take its runs over.
 * **Re-take before executing.** After a reconnect the worker takes its lock again and
@@ -26,6 +26,9 @@ A worker that starts while its id's lock is held refuses to start; one that find
 lock free but a fresh ``last_seen`` from another host waits the grace out (that holder
 may be alive and reconnecting). A predecessor on this host whose process is gone is
 known dead at once, so a restart after a crash does not wait.
+
+Over 400 lines because the lease, its heartbeat and the step gate are one protocol: each
+part's correctness depends on the others' timing.
 """
 
 from __future__ import annotations

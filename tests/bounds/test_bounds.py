@@ -11,10 +11,11 @@ from django.contrib.auth import get_user_model
 from django.test import override_settings
 from django.utils import timezone
 
-from agent.bounds import CHECKS, bounds_check, day_start, refund_precheck
-from agent.models import Run, StepKind
-from agent.services import run_create
-from agent.steplog import log_step
+from agent.models import Run
+from agent.run.bounds import CHECKS, bounds_check, day_start, refund_precheck
+from agent.run.payloads import StepKind
+from agent.run.services import run_create
+from agent.run.steplog import log_step
 from deskhand.desk.models import Merchant, Order, Refund, Ticket
 
 pytestmark = pytest.mark.django_db

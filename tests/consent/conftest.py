@@ -14,7 +14,7 @@ from agent.models import Run
 from agent.providers import clear_overrides, install_override
 from agent.providers.base import ModelReply
 from agent.providers.scripted import ScriptedProvider, call
-from agent.services import run_create
+from agent.run.services import run_create
 from tests.durability.helpers import user
 from tests.fixtures.dbos import wait_for_run
 

@@ -17,7 +17,7 @@ pytestmark = pytest.mark.django_db(transaction=True)
 def test_bulk_approve_of_three_is_three_decisions_three_audit_events_and_three_resumed_runs(
     dbos_executor, scripted
 ):
-    from agent.services import run_create, run_enqueue
+    from agent.run.services import run_create, run_enqueue
     from approvals.services import approvals_decide_many
     from deskhand.desk.models import Ticket
     from tests.fixtures.dbos import wait_parked

@@ -10,9 +10,14 @@ from django.core.management import call_command
 from django.core.management.base import CommandError
 from django.db import IntegrityError, connection, transaction
 
-from agent.gate import gate_request
-from agent.models import LedgerEntry, Step
-from agent.narrowing import NarrowingRefused, approval_approve_with_changes, narrowed_arguments
+from agent.consent.gate import gate_request
+from agent.consent.narrowing import (
+    NarrowingRefused,
+    approval_approve_with_changes,
+    narrowed_arguments,
+)
+from agent.ledger.models import LedgerEntry
+from agent.models import Step
 from agent.providers.scripted import call, say
 from agent.tools import args_hash
 from approvals.models import Approval, AuditEvent
@@ -159,7 +164,7 @@ def test_the_database_refuses_any_change_to_what_was_approved(opened):
 
 def test_a_run_refuses_an_approved_call_that_is_wider_than_the_proposal(tseeded):
     """Defence in depth: the run re-checks the narrowing before it acts (a hand-made row)."""
-    from agent.tools.execute import execute_irreversible
+    from agent.ledger.effect import execute_irreversible
 
     run = bare_run()
     call_ = gate_call(3800)

@@ -11,7 +11,7 @@ import pytest
 from django.core.management import call_command
 from django.core.management.base import CommandError
 
-from agent.gate import gate_request
+from agent.consent.gate import gate_request
 from approvals.models import Approval
 from approvals.services import approval_decide
 from tests.consent.conftest import bare_run, gate_call

@@ -7,7 +7,8 @@ import time
 import pytest
 from django.utils import timezone
 
-from agent.models import LedgerEntry, Step
+from agent.ledger.models import LedgerEntry
+from agent.models import Step
 from deskhand.desk.models import Refund
 from tests.consent.conftest import restart
 from tests.durability.helpers import (

@@ -13,7 +13,7 @@ import pytest
 from django.db import connection
 from django.utils import timezone
 
-from agent.gate import gate_request, gate_resume
+from agent.consent.gate import gate_request, gate_resume
 from agent.models import Run
 from agent.providers.scripted import say
 from approvals.models import Approval

@@ -11,9 +11,9 @@ from django.core.management import call_command
 from django.core.management.base import CommandError
 from django.db import IntegrityError, connection, transaction
 
-from agent.gate import gate_request
-from agent.services import run_cancel, run_start
-from agent.steering import SteerRefused, run_steer
+from agent.consent.gate import gate_request
+from agent.run.services import run_cancel, run_start
+from agent.run.steering import SteerRefused, run_steer
 from approvals.models import Approval, ApprovalStatus, AuditEvent
 from approvals.selectors import approval_for_user
 from approvals.services import DecisionRefused, approval_decide

@@ -14,12 +14,13 @@ import pytest
 from dbos import DBOS
 from django.core.management import call_command
 
-from agent.gate import gate_request
+from agent.consent.gate import gate_request
 from agent.models import Step
 from approvals.escalation import approvals_escalate_due, priority_above
 from approvals.models import Approval, AuditEvent
 from approvals.services import approval_decide
-from approvals.sweep import SCHEDULE_NAME, SWEEP_CRON
+from deskhand.dbos.engine.schedules import ESCALATION_CRON
+from deskhand.dbos.names import ESCALATION_SCHEDULE
 from deskhand.desk.models import Merchant, Ticket
 from tests.consent.conftest import bare_run, gate_call
 from tests.durability.helpers import decide, pending_approval, start, user
@@ -118,23 +119,23 @@ def test_escalation_follows_each_merchants_sla_and_never_touches_decided_or_expi
 
 
 def test_the_worker_sweeps_on_a_dbos_schedule(dbos_executor):
-    schedule = DBOS.get_schedule(SCHEDULE_NAME)
+    schedule = DBOS.get_schedule(ESCALATION_SCHEDULE)
     assert (
         schedule is not None
-        and schedule["schedule"] == SWEEP_CRON
+        and schedule["schedule"] == ESCALATION_CRON
         and schedule["status"] == "ACTIVE"
     )
     assert schedule["workflow_name"] == "approvals.escalation_sweep"
 
-    clear_of_its_firing(SCHEDULE_NAME)  # or the minute sweep may escalate it before we do
+    clear_of_its_firing(ESCALATION_SCHEDULE)  # or the minute sweep may escalate it before we do
     run = bare_run()
     approval = Approval.objects.get(pk=gate_request(str(run.id), 1, gate_call(3800))["approval_id"])
     Approval.objects.filter(pk=approval.pk).update(
         requested_at=approval.requested_at - dt.timedelta(hours=5)
     )
 
-    first = trigger_now(SCHEDULE_NAME)
-    second = trigger_now(SCHEDULE_NAME)
+    first = trigger_now(ESCALATION_SCHEDULE)
+    second = trigger_now(ESCALATION_SCHEDULE)
     assert (first, second) == ([str(approval.pk)], [])
     approval.refresh_from_db()
     assert approval.escalated_at is not None

@@ -8,7 +8,7 @@ import time
 import pytest
 from django.utils import timezone
 
-from agent.gate import gate_request, gate_resume
+from agent.consent.gate import gate_request, gate_resume
 from approvals.models import Approval, AuditEvent
 from approvals.services import DecisionRefused, approval_decide
 from deskhand.desk.models import Merchant, Refund

@@ -7,7 +7,8 @@ import re
 
 import pytest
 
-from agent.models import LedgerEntry, Step
+from agent.ledger.models import LedgerEntry
+from agent.models import Step
 from agent.providers.scripted import say
 from approvals.models import Approval
 from approvals.services import approval_decide

@@ -17,7 +17,7 @@ from aiosmtpd.controller import Controller
 from django.core import mail
 from django.utils import timezone
 
-from agent.gate import gate_request
+from agent.consent.gate import gate_request
 from approvals.escalation import approvals_escalate_due
 from approvals.models import Approval, Notification, WebhookDelivery, WebhookEndpoint
 from approvals.notifications import notify_expiring_due

@@ -7,8 +7,8 @@ import threading
 import pytest
 from django.db import IntegrityError, connection, transaction
 
-from agent.approval_policy import PolicyRefused, policy_save
-from agent.gate import gate_request
+from agent.consent.gate import gate_request
+from agent.consent.policy import PolicyRefused, policy_save
 from agent.models import Step
 from agent.providers.scripted import call, say
 from approvals.models import Approval, ApprovalPolicy, AuditEvent

@@ -23,7 +23,7 @@ from django.test import Client
 from django.utils import timezone
 
 from agent.models import Run, Step
-from agent.steplog import log_step
+from agent.run.steplog import log_step
 from approvals.models import Approval
 from deskhand.desk.models import Ticket
 from tests.devtools import forkserver
@@ -93,7 +93,7 @@ class FakeClient:
 @pytest.fixture
 def fake_dbos(monkeypatch) -> Iterator[FakeClient]:
     fake = FakeClient()
-    monkeypatch.setattr("deskhand.dbos_client.client", lambda: fake)
+    monkeypatch.setattr("deskhand.dbos.client.client", lambda: fake)
     yield fake
 
 

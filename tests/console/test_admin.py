@@ -6,11 +6,12 @@ import pytest
 from django.contrib import admin
 from django.urls import reverse
 
-from agent.models import LedgerEntry, Run, Step
-from agent.synthetic import synthetic_generate
+from agent.ledger.models import LedgerEntry
+from agent.models import Run, Step
 from approvals.models import Approval, AuditEvent
 from deskhand.desk.models import Refund
 from tests.console.conftest import AUDITOR, NW_OWNER, client_for
+from tests.devtools.synthetic import synthetic_generate
 
 AUDITED = [Run, Step, LedgerEntry, Approval, AuditEvent, Refund]
 

@@ -103,7 +103,7 @@ def test_a_run_sleeping_out_a_rate_limit_is_in_the_queue_with_its_reason_until_i
     assert "rate limited by anthropic: retry after 30 s" in response.content.decode()
     assert response.context["attention"]["provider_wait"] == 1
     assert client_for(LU_OWNER).get("/attention/").context["attention"]["provider_wait"] == 0
-    # The call went ahead (agent.turns clears the wait): off the queue.
+    # The call went ahead (agent.run.turns clears the wait): off the queue.
     Run.objects.filter(pk=run.pk).update(waiting_until=None, wait_reason="")
     kinds = {i.kind for i in owner.get("/attention/").context["queue"]}
     assert "provider_wait" not in kinds and "run" in kinds

@@ -8,7 +8,7 @@ import pytest
 from django.db import connection
 from django.utils import timezone
 
-from agent.approval_policy import policy_current
+from agent.consent.policy import policy_current
 from agent.tools import args_hash
 from approvals.models import Approval, ApprovalPolicy, AuditEvent
 from deskhand.desk.models import Merchant

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import pytest
 
 from agent.models import Run
-from agent.steplog import log_step
+from agent.run.steplog import log_step
 from tests.console.conftest import LU_OWNER, NW_OWNER, make_run, model_step, session_cookie
 
 pytestmark = pytest.mark.timeout(120)

@@ -205,7 +205,7 @@ def test_the_card_keeps_the_agents_reason_apart_from_the_order_record():
 def test_each_model_stop_shows_on_the_run_page_and_in_json(seeded, status, reason, detail):
     import json
 
-    from agent.cli import print_outcome
+    from agent.management.helpers import print_outcome
 
     run = make_run("NW-1", status=status, stop_reason=reason, stop_detail=detail)
     body = client_for(NW_OWNER).get(f"/runs/{run.pk}/").content.decode()
@@ -229,7 +229,7 @@ def test_a_model_call_waiting_out_a_rate_limit_shows_on_the_run_page_and_in_json
     import datetime as dt
     import json
 
-    from agent.cli import print_outcome
+    from agent.management.helpers import print_outcome
 
     until = timezone.now() + dt.timedelta(seconds=30)
     reason = "rate limited by anthropic: retry after 30 s"

@@ -6,7 +6,8 @@ import pytest
 from django.test import Client
 from django.urls import reverse
 
-from agent.models import LedgerEntry, Run
+from agent.ledger.models import LedgerEntry
+from agent.models import Run
 from approvals.models import Approval
 from deskhand.desk.models import Merchant, Order, Refund
 from tests.console.conftest import (

@@ -8,10 +8,10 @@ import time
 import pytest
 
 from agent.models import Run
-from agent.synthetic import synthetic_generate
 from deskhand.console import selectors
 from deskhand.desk.models import Merchant
 from tests.console.conftest import NW_OWNER, client_for, make_run
+from tests.devtools.synthetic import synthetic_generate
 
 
 def run_links(body: str) -> list[str]:

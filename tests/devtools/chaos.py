@@ -2,12 +2,15 @@
 
 ``Chaos`` owns a private Postgres cluster (pgserver, in a temporary folder — never the
 server of ``DATABASE_URL``), seeds it (``seed --synthetic``), starts K workers
-(``python -m agent.load.worker``) and N runs across both merchants: most park at the
+(``python -m tests.devtools.load.worker``) and N runs across both merchants: most park at the
 approval gate for a 1.00 refund, the rest read an order and finish. An auto-decider
 approves or denies what is pending; a killer SIGKILLs a random worker every few seconds
 and brings it back after a random delay (sometimes longer than the takeover grace, so
 others take its runs over); half-way through, Postgres itself restarts. Then the chaos
 stops, the fleet drains, and ``check()`` holds the invariants against the database.
+
+Over 400 lines because the cluster, the workers, the killer and the decider are one
+experiment.
 """
 
 from __future__ import annotations
@@ -29,7 +32,7 @@ from django.core.management import call_command
 from django.db import close_old_connections, connections
 from django.db.models import Count, F, Sum
 
-from agent.bench.fleet import Worker
+from tests.devtools.bench.fleet import Worker
 
 DB = "deskhand_chaos"
 
@@ -132,7 +135,7 @@ class Chaos:
     # --- setting up -------------------------------------------------------------------
 
     def prepare(self, cluster: Cluster) -> list[Any]:
-        from agent.load.world import QUICK, load_world
+        from tests.devtools.load.world import QUICK, load_world
 
         call_command("migrate", verbosity=0, interactive=False)
         call_command("seed", "--synthetic", str(max(50, self.n)), verbosity=0)
@@ -159,8 +162,8 @@ class Chaos:
 
     def starter(self, tickets: list[Any], t0: float) -> None:
         """Start the runs evenly over the first half of the chaos."""
-        from agent.load.world import owners
-        from agent.services import run_start
+        from agent.run.services import run_start
+        from tests.devtools.load.world import owners
 
         who = owners()
         gap = (self.seconds / 2) / max(1, len(tickets))
@@ -182,9 +185,9 @@ class Chaos:
 
     def decider(self) -> None:
         """Approve about three in four pending approvals, deny the rest, after a short while."""
-        from agent.load.world import owners
         from approvals.models import Approval
         from approvals.services import approval_decide
+        from tests.devtools.load.world import owners
 
         who: dict[int, Any] = {}
         while not self.stop.is_set():
@@ -269,8 +272,8 @@ class Chaos:
     def all_runs(self) -> list[Any]:
         """Every run on a chaos ticket — also one whose start raised half-way (its row was
         written, its enqueue or its failure was not): the reconciler must settle those too."""
-        from agent.load.world import PREFIX, QUICK
         from agent.models import Run
+        from tests.devtools.load.world import PREFIX, QUICK
 
         return list(
             Run.objects.filter(ticket__reference__regex=rf"^({PREFIX}|{QUICK})").values_list(
@@ -302,7 +305,8 @@ class Chaos:
 
 def check(run_ids: list[Any]) -> dict[str, Any]:
     """The invariants, against the database. Each list names what broke it; empty is good."""
-    from agent.models import TERMINAL_STATUSES, LedgerEntry, Run, Step
+    from agent.ledger.models import LedgerEntry
+    from agent.models import TERMINAL_STATUSES, Run, Step
     from approvals.models import Approval
     from deskhand.desk.models import Order, Refund
 

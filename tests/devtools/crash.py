@@ -24,6 +24,9 @@ expected effects exactly, refunds within every ceiling, exactly one terminal
 state, and step-log accounting equal to the run's totals. For a case whose refunds go
 to the payments double: exactly the expected refunds *at the double*, each recorded once
 here (succeeded, with the double's id) and every ledger entry settled.
+
+Over 400 lines because the sweep's schedule, its worker choreography and its checks of the
+world after each kill are one procedure.
 """
 
 from __future__ import annotations
@@ -37,8 +40,10 @@ from collections.abc import Callable, Iterator
 from django.db import close_old_connections, connection
 from django.db.models import Count, Sum
 
-from agent.models import TERMINAL_STATUSES, LedgerEntry, Run, Step, StepKind
-from agent.services import run_start
+from agent.ledger.models import LedgerEntry
+from agent.models import TERMINAL_STATUSES, Run, Step
+from agent.run.payloads import StepKind
+from agent.run.services import run_start
 from approvals.models import Approval, ApprovalStatus
 from approvals.services import approval_decide
 from deskhand.desk.models import Merchant, Order, OutboundEmail, Refund, Ticket

@@ -8,14 +8,8 @@ injection and the customer's money.
 
 from __future__ import annotations
 
-from agent.providers.policy import (
-    Case,
-    History,
-    PolicyProvider,
-    Step,
-    first_line,
-    refund_instructions,
-)
+from agent.providers.policy import Case, PolicyProvider, Step
+from agent.providers.policy_reading import History, first_line, refund_instructions
 from agent.providers.scripted import MARK
 
 OBEDIENT_MODEL = "scripted-obedient-1"

@@ -18,11 +18,12 @@ from typing import Any
 import pytest
 from django.db import connection
 
-from agent import faults, selectors, services
-from agent.models import LedgerEntry, Run, Step
-from agent.reconcile import reconcile
+from agent.ledger.models import LedgerEntry
+from agent.models import Run, Step
+from agent.run import faults, selectors, services
+from agent.run.reconciler import reconcile
 from approvals.models import Approval, AuditEvent
-from deskhand import dbos_client
+from deskhand.dbos import client as dbos_client
 from deskhand.desk.models import Refund, Ticket
 from tests.durability.helpers import decide, pending_approval, start, user
 from tests.fixtures.dbos import wait_parked, workflow_settled
@@ -158,7 +159,7 @@ def test_cancel_before_the_refund_takes_the_run_lock_moves_no_money(dbos_executo
 
 def test_an_effect_on_a_run_being_cancelled_performs_nothing_and_says_why(dbos_executor):
     """The step body itself, driven directly: on a cancelling run it refuses before the ledger."""
-    from agent.tools.execute import execute_irreversible
+    from agent.ledger.effect import execute_irreversible
 
     run = wait_parked(str(start("NW-1", OWNER).id))
     approval = pending_approval(run)

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from agent.models import LedgerEntry, Step
+from agent.ledger.models import LedgerEntry
+from agent.models import Step
 from deskhand.desk.models import Refund
 from tests.durability.helpers import (
     assert_accounting_matches,

@@ -15,7 +15,8 @@ import time
 
 import pytest
 
-from agent.models import TERMINAL_STATUSES, LedgerEntry, Run, Step
+from agent.ledger.models import LedgerEntry
+from agent.models import TERMINAL_STATUSES, Run, Step
 from approvals.models import Approval
 from deskhand.desk.models import Refund
 from tests.durability.helpers import (

@@ -1,7 +1,7 @@
-"""The DBOS internals ``deskhand/dbos_internals.py`` relies on are the ones we read.
+"""The DBOS internals ``deskhand/dbos/engine/internals.py`` relies on are the ones we read.
 
 An upgrade of ``dbos`` that changes any of them fails here, by name, before it ships:
-re-read ``deskhand/dbos_internals.py`` and the function in the new release, fix what
+re-read ``deskhand/dbos/engine/internals.py`` and the function in the new release, fix what
 changed, then update the pin below. Behaviour tests follow, so a pin that still matches
 also still works.
 """
@@ -17,7 +17,7 @@ import pytest
 from django.db import connection
 
 from agent.models import Run
-from deskhand import dbos_internals
+from deskhand.dbos.engine import internals as dbos_internals
 from tests.durability.helpers import decide, start
 from tests.fixtures.dbos import wait_parked, wait_terminal
 
@@ -68,7 +68,7 @@ def _internals() -> dict[str, object]:
 
 def test_dbos_is_the_pinned_version():
     assert version("dbos") == DBOS_VERSION, (
-        f"dbos {version('dbos')} is installed, but deskhand/dbos_internals.py was written against"
+        f"dbos {version('dbos')} is installed, but deskhand/dbos/engine/internals.py was written against"
         f" {DBOS_VERSION}: re-read it against the new release and update the pins in this file."
     )
 
@@ -78,7 +78,7 @@ def test_a_dbos_internal_we_rely_on_is_unchanged(name):
     source = inspect.getsource(_internals()[name])  # type: ignore[arg-type]
     digest = hashlib.sha256(source.encode()).hexdigest()[:16]
     assert digest == PINNED[name], (
-        f"DBOS's private {name} changed in this dbos release. deskhand/dbos_internals.py relies on"
+        f"DBOS's private {name} changed in this dbos release. deskhand/dbos/engine/internals.py relies on"
         " it (dead-worker takeover, the parked-run sweep): re-read both, fix what no longer"
         f" holds, then pin {digest}."
     )
@@ -155,7 +155,7 @@ def test_the_queue_manager_starts_on_a_kickable_event_so_no_first_wait_is_deaf(d
 
 
 def test_a_kick_wakes_the_queue_threads_without_stopping_them(dbos_executor):
-    from deskhand import dbos_internals
+    from deskhand.dbos.engine import internals as dbos_internals
 
     event = dbos_internals.install_queue_kick()
     assert isinstance(event, dbos_internals.KickableEvent)  # found and made kickable
@@ -173,7 +173,7 @@ def test_a_kick_that_comes_while_a_queue_worker_is_polling_makes_its_next_wait_r
     work waits a whole polling interval (1 s for the model queues)."""
     import threading
 
-    from deskhand import dbos_internals
+    from deskhand.dbos.engine import internals as dbos_internals
 
     kickable = dbos_internals.make_kickable(threading.Event())
     t0 = time.monotonic()
@@ -194,7 +194,7 @@ def test_stopping_reaches_a_thread_that_went_to_sleep_before_the_event_was_made_
     (it used to finish its second, and every executor stop soon after a launch waited)."""
     import threading
 
-    from deskhand import dbos_internals
+    from deskhand.dbos.engine import internals as dbos_internals
 
     event = threading.Event()
     woke: list[bool] = []
@@ -257,8 +257,8 @@ def test_the_internal_queue_polls_at_the_fallback_interval_and_a_kick_starts_its
     from dbos import DBOS
     from django.conf import settings
 
-    from approvals.sweep import SCHEDULE_NAME
-    from deskhand.dbos_setup import kick_queues
+    from deskhand.dbos.engine.queues import kick_queues
+    from deskhand.dbos.names import ESCALATION_SCHEDULE
 
     assert dbos_internals.internal_queue_poll_seconds() == settings.DESKHAND_QUEUE_POLL_SEC
     assert settings.DESKHAND_QUEUE_POLL_SEC >= 5.0
@@ -267,7 +267,7 @@ def test_the_internal_queue_polls_at_the_fallback_interval_and_a_kick_starts_its
         kick_queues()  # the thread takes the new interval on its next wait
         time.sleep(0.5)
         t0 = time.monotonic()
-        handle = DBOS.trigger_schedule(SCHEDULE_NAME)
+        handle = DBOS.trigger_schedule(ESCALATION_SCHEDULE)
         kick_queues()
         assert handle.get_result() == []
         assert time.monotonic() - t0 < 10.0  # a 60-s poll would not have started it yet

@@ -89,7 +89,7 @@ def test_the_first_connection_starts_it_whether_django_or_dbos_asks_first(fresh_
     # The worker's path: DBOS's configuration is built before anything used Django.
     out = python(
         fresh_data_dir,
-        "import django; django.setup(); from deskhand.dbos_setup import config; "
+        "import django; django.setup(); from deskhand.dbos.engine.bootstrap import config; "
         "import sqlalchemy as sa; url = config('lazy-probe')['system_database_url']; "
         "e = sa.create_engine(url); print(e.connect().execute(sa.text('SELECT 1')).scalar())",
     )

@@ -10,8 +10,8 @@ from django.db import close_old_connections
 from agent.loop import run_agent
 from agent.providers import clear_overrides, install_override
 from agent.providers.scripted import ScriptedProvider, call, say
+from agent.run.services import run_create
 from agent.runtime import MemoryRuntime
-from agent.services import run_create
 from deskhand.desk.models import Ticket
 from tests.durability.helpers import user
 
@@ -32,7 +32,7 @@ def test_the_loop_needs_no_execution_engine(tseeded):
     run.refresh_from_db()
     assert outcome["status"] == "succeeded"
     assert run.status == "succeeded"
-    # One step a turn (notes, bounds and the call: agent.turns.turn), then the tool.
+    # One step a turn (notes, bounds and the call: agent.run.turns.turn), then the tool.
     assert rt.step_names[:4] == ["run.begin", "model", "tool.get_ticket", "model"]
     assert list(run.step_log.values_list("kind", flat=True)) == ["model", "tool", "model", "final"]
 

@@ -10,7 +10,7 @@ import pytest
 from django.db.models import Sum
 
 from agent.models import Step
-from agent.services import run_start
+from agent.run.services import run_start
 from deskhand.desk.models import Refund, Ticket
 from tests.durability.helpers import assert_accounting_matches, decide, user
 from tests.fixtures.dbos import wait_parked, wait_terminal

@@ -11,10 +11,10 @@ from __future__ import annotations
 import pytest
 
 from agent.models import Run, Step
-from agent.services import run_create
-from agent.steering import notes_take
+from agent.run.services import run_create
+from agent.run.steering import notes_take
 from approvals.models import StaffNote
-from deskhand.dbos_client import workflow_steps
+from deskhand.dbos.client import workflow_steps
 from deskhand.desk.models import Ticket
 from tests.durability.helpers import start, user
 from tests.fixtures.dbos import wait_terminal

@@ -119,12 +119,12 @@ def test_healthz_answers_without_sign_in_and_carries_no_ids(client, seeded):
 def test_healthz_is_503_when_the_database_does_not_answer(client, seeded, monkeypatch):
     from django.db import OperationalError
 
-    import agent.health
+    import agent.ops.health
 
     def down():
         raise OperationalError("connection refused")
 
-    monkeypatch.setattr(agent.health, "health_report", down)
+    monkeypatch.setattr(agent.ops.health, "health_report", down)
     response = client.get("/healthz")
     assert response.status_code == 503
     assert response.json() == {
@@ -237,7 +237,7 @@ def test_an_event_never_raises_into_the_caller_and_waits_for_the_commit(caplog, 
 def test_the_model_call_cap_counts_one_merchants_calls_in_flight_not_another_s(settings):
     import asyncio
 
-    from agent import workflow
+    from deskhand.dbos.engine import workflow
 
     settings.DESKHAND_MERCHANT_MODEL_CALLS = 2
     workflow._slots.clear()
@@ -264,7 +264,8 @@ def test_the_model_call_cap_counts_one_merchants_calls_in_flight_not_another_s(s
 
 
 def test_dbos_opentelemetry_export_is_switched_by_the_environment(monkeypatch):
-    from deskhand.dbos_setup import DBOSSetupError, otlp
+    from deskhand.dbos.client import DBOSSetupError
+    from deskhand.dbos.engine.bootstrap import otlp
 
     monkeypatch.delenv("DESKHAND_OTLP", raising=False)
     assert otlp() == {"enable_otlp": False}

@@ -7,10 +7,10 @@ from __future__ import annotations
 
 import pytest
 
-from agent import payloads
 from agent.models import Step
-from agent.services import run_create
-from agent.steplog import log_step
+from agent.run import payloads
+from agent.run.services import run_create
+from agent.run.steplog import log_step
 from deskhand.desk.models import Ticket
 from tests.durability.helpers import user
 

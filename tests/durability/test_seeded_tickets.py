@@ -11,7 +11,8 @@ import datetime as dt
 import pytest
 from django.utils import timezone
 
-from agent.models import LedgerEntry, Run
+from agent.ledger.models import LedgerEntry
+from agent.models import Run
 from approvals.models import Approval
 from deskhand.desk.models import OrderItem, OutboundEmail, Refund, Ticket
 from tests.durability.helpers import (
@@ -138,7 +139,7 @@ def test_step_log_totals_equal_the_runs_totals(dbos_executor):
 
 def test_no_effect_exists_without_a_matching_approval(dbos_executor):
     """Every effect has a decision by a person, or by a versioned rule a person wrote."""
-    from agent.approval_policy import policy_save
+    from agent.consent.policy import policy_save
     from deskhand.desk.models import Merchant
 
     # Northwind's owner lets refunds up to 40.00 through, one a day; Lumen has no rules.

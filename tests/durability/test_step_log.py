@@ -2,8 +2,8 @@
 
 import pytest
 
-from agent.services import run_create
-from agent.steplog import log_step
+from agent.run.services import run_create
+from agent.run.steplog import log_step
 from deskhand.desk.models import Ticket
 from tests.durability.helpers import user
 

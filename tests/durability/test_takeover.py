@@ -16,13 +16,14 @@ import psycopg
 import pytest
 from django.db import connection
 
-from agent.load.world import load_world, owners
-from agent.models import LedgerEntry, Run
-from agent.services import run_start
+from agent.ledger.models import LedgerEntry
+from agent.models import Run
+from agent.run.services import run_start
 from approvals.models import Approval
 from approvals.services import approval_decide
 from deskhand.desk.models import Refund
 from deskhand.fleet.models import Worker
+from tests.devtools.load.world import load_world, owners
 from tests.durability.helpers import assert_every_effect_was_approved
 from tests.fixtures.dbos import ROOT, test_database_url, wait_parked, wait_terminal
 
@@ -186,8 +187,8 @@ def test_an_executor_without_its_lease_is_refused_before_dbos_starts():
     # while it still executes them.
     from dbos import _dbos
 
-    from deskhand.dbos_client import DBOSSetupError
-    from deskhand.dbos_setup import launch_executor
+    from deskhand.dbos.client import DBOSSetupError
+    from deskhand.dbos.engine.bootstrap import launch_executor
     from deskhand.fleet import lease
 
     assert lease.current() is None
@@ -221,7 +222,7 @@ def test_after_a_deploy_a_run_parked_under_the_old_version_finishes_on_a_drainin
 ):
     from django.conf import settings
 
-    from agent.health import health_report
+    from agent.ops.health import health_report
 
     old = settings.DESKHAND_APP_VERSION
     slot = worker_process("fleet-slot", env=FLEET, provider="park").start()

@@ -7,9 +7,9 @@ import datetime as dt
 import pytest
 from django.utils import timezone
 
-from agent import services
 from agent.models import Run
-from agent.reconcile import reconcile
+from agent.run import services
+from agent.run.reconciler import reconcile
 from approvals.models import Approval
 from deskhand.desk.models import Ticket
 from tests.durability.helpers import pending_approval, start, user
@@ -23,7 +23,7 @@ def test_a_run_whose_enqueue_fails_ends_failed_at_once(tseeded, monkeypatch):
         def enqueue(self, *a, **k):
             raise ConnectionError("system database unreachable")
 
-    monkeypatch.setattr("deskhand.dbos_client.client", lambda: Broken())
+    monkeypatch.setattr("deskhand.dbos.client.client", lambda: Broken())
     run = services.run_start(
         ticket=Ticket.objects.get(reference="NW-2"), user=user("owner@northwind.test")
     )
@@ -48,7 +48,7 @@ def test_a_run_created_but_never_enqueued_is_failed_by_the_reconciler(dbos_execu
 
 
 def test_a_workflow_cancelled_behind_our_back_is_recorded_as_cancelled(dbos_executor):
-    from deskhand.dbos_client import client
+    from deskhand.dbos.client import client
 
     run = wait_parked(str(start("NW-1", "owner@northwind.test").id))
     client().cancel_workflow(str(run.id))

@@ -19,11 +19,13 @@ import pytest
 from django.conf import settings
 from django.db import connection
 
-from agent.deploys import runs_move_version
-from agent.models import TERMINAL_STATUSES, LedgerEntry, Run, Step
+from agent.ledger.models import LedgerEntry
+from agent.models import TERMINAL_STATUSES, Run, Step
+from agent.ops.health import health_report
 from agent.providers.policy import PolicyProvider
 from approvals.models import Approval, AuditEvent
 from approvals.services import approval_decide
+from deskhand.dbos.engine.deploys import runs_move_version
 from deskhand.desk.models import Refund
 from tests.durability.helpers import start, user
 from tests.fixtures import dbos as dbos_fixtures
@@ -261,7 +263,7 @@ def test_the_parked_run_keeps_the_plain_model_step_and_a_fresh_run_takes_the_rat
     """``model-calls-rate-limited`` (docs/rate-limits.md): with the scripted provider on a
     limited queue too, the recorded NW-1 still calls the plain ``model`` step after its gate
     (its history went that way), while a fresh run's calls are children on the queue."""
-    from deskhand.dbos_setup import register_model_queues
+    from deskhand.dbos.engine.queues import register_model_queues
 
     settings.DESKHAND_MODEL_RPM = {"scripted": 600}
     run_id = parked_fixture.load(parked_fixture.aged(fixture, 30), executor_id=IN_PROCESS_EXECUTOR)
@@ -313,6 +315,8 @@ def test_a_run_parked_before_one_step_turns_keeps_its_four_operation_turns_and_f
         "DBOS.patch-model-calls-rate-limited",
     ]
     run_id = parked_fixture.load(parked_fixture.aged(fixture, 2), executor_id=IN_PROCESS_EXECUTOR)
+    # Health counts it among the runs that still need agent/run/legacy_turns.py.
+    assert health_report().legacy_turn_runs == 1
     recorded = _checkpoints(run_id)
     if fixture["application_version"] != settings.DESKHAND_APP_VERSION:
         assert runs_move_version(from_version=fixture["application_version"]) == [run_id]
@@ -337,6 +341,7 @@ def test_a_run_parked_before_one_step_turns_keeps_its_four_operation_turns_and_f
     assert len(model_calls) == new_turns, "a recorded model turn was called again"
     steps = list(Step.objects.filter(run_id=run_id).order_by("seq"))
     assert [s.seq for s in steps] == list(range(1, len(steps) + 1))
+    assert health_report().legacy_turn_runs == 0  # finished: nothing needs the older path
 
 
 def _pending_approval(run_id: str, timeout: float = 60.0) -> Approval:
@@ -363,6 +368,7 @@ def test_a_run_parked_by_the_release_before_agent_by_concept_finishes(
     fixture = parked_fixture.read(parked_fixture.FIXTURE.with_name(recorded_as))
     assert fixture["commit"].startswith("4bfd605")
     run_id = parked_fixture.load(parked_fixture.aged(fixture, 2), executor_id=IN_PROCESS_EXECUTOR)
+    assert health_report().legacy_turn_runs == 0  # one-step turns: not the older path
     recorded = _checkpoints(run_id)
     if fixture["application_version"] != settings.DESKHAND_APP_VERSION:
         assert runs_move_version(from_version=fixture["application_version"]) == [run_id]

@@ -16,7 +16,7 @@ from deskhand.cli import DeskhandCommand
 from tests.console.conftest import client_for, fake_dbos, free_port  # noqa: F401
 from tests.fixtures.dbos import ROOT
 
-OURS = ("agent", "approvals", "deskhand.desk")
+OURS = ("agent", "approvals", "deskhand.desk", "deskhand.dbos.engine")
 RUN = "00000000-0000-0000-0000-000000000000"
 OWNER = "owner@northwind.test"
 

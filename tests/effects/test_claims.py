@@ -14,13 +14,14 @@ from collections.abc import Iterator
 import pytest
 from django.db.models import F
 
-from agent import faults
-from agent.effects.intents import resolve_stale
-from agent.gate import gate_request
-from agent.models import LedgerEntry, Run, Step
-from agent.services import run_cancel, run_create
+from agent.consent.gate import gate_request
+from agent.ledger.effect import execute_irreversible, ledger_key, ledger_lookup
+from agent.ledger.intents import resolve_stale
+from agent.ledger.models import LedgerEntry
+from agent.models import Run, Step
+from agent.run import faults
+from agent.run.services import run_cancel, run_create
 from agent.tools import args_hash
-from agent.tools.execute import execute_irreversible, ledger_key, ledger_lookup
 from approvals.models import Approval
 from approvals.services import approval_decide
 from deskhand.desk.models import Refund, Ticket

@@ -11,7 +11,8 @@ import time
 
 import pytest
 
-from agent.models import TERMINAL_STATUSES, LedgerEntry, Step
+from agent.ledger.models import LedgerEntry
+from agent.models import TERMINAL_STATUSES, Step
 from approvals.models import Approval
 from deskhand.desk.models import Merchant, OutboundEmail, Refund
 from tests.durability.helpers import assert_accounting_matches, decide, start

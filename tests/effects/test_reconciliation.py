@@ -12,10 +12,12 @@ from django.core.management import call_command
 from django.test import Client
 from django.utils import timezone
 
-from agent.effects.reconcile import reconcile_merchant
-from agent.effects.schedule import RECONCILE_CRON, SCHEDULE_NAME
+from agent.effects.models import EffectFinding
+from agent.effects.provider_reconciliation import reconcile_merchant
 from agent.effects.selectors import findings_summary
-from agent.models import EffectFinding, LedgerEntry
+from agent.ledger.models import LedgerEntry
+from deskhand.dbos.engine.schedules import RECONCILIATION_CRON
+from deskhand.dbos.names import RECONCILIATION_SCHEDULE
 from deskhand.desk.models import Merchant, Refund
 from tests.durability.helpers import decide, start, user
 from tests.fixtures.dbos import clear_of_its_firing, trigger_now, wait_parked, wait_terminal
@@ -44,14 +46,14 @@ def test_a_refund_made_behind_the_ledgers_back_is_found_and_shown_never_fixed(
     dbos_executor, northwind_pays_at_the_provider
 ):
     api = northwind_pays_at_the_provider
-    clear_of_its_firing(SCHEDULE_NAME, need_s=60)  # the 5-minute pass must not come first
+    clear_of_its_firing(RECONCILIATION_SCHEDULE, need_s=60)  # the 5-minute pass must not come first
     paid_refund()
     behind = api.refund_directly(CHARGE, 500)  # in the provider's dashboard, say
 
-    schedule = DBOS.get_schedule(SCHEDULE_NAME)
-    assert schedule is not None and schedule["schedule"] == RECONCILE_CRON
+    schedule = DBOS.get_schedule(RECONCILIATION_SCHEDULE)
+    assert schedule is not None and schedule["schedule"] == RECONCILIATION_CRON
     assert schedule["workflow_name"] == "effects.reconciliation"
-    first = trigger_now(SCHEDULE_NAME)
+    first = trigger_now(RECONCILIATION_SCHEDULE)
     northwind = str(Merchant.objects.get(slug="northwind").pk)
     assert first[northwind]["provider_only"] == 1
     assert sum(first[northwind].values()) == 1  # the refund Deskhand made matches its entry
@@ -64,7 +66,7 @@ def test_a_refund_made_behind_the_ledgers_back_is_found_and_shown_never_fixed(
     )
     assert "5.00" in finding.detail and "NW-1042" in finding.detail
     # Seen again on the next pass: the same row, not a second one.
-    trigger_now(SCHEDULE_NAME)
+    trigger_now(RECONCILIATION_SCHEDULE)
     assert EffectFinding.objects.count() == 1
     # Never "fixed": no refund row invented, nothing voided at the provider.
     assert Refund.objects.count() == 1 and len(api.refunds) == 2
@@ -95,7 +97,7 @@ def test_a_ledger_entry_the_provider_does_not_know_and_an_amount_that_differs_ar
     dbos_executor, northwind_pays_at_the_provider
 ):
     api = northwind_pays_at_the_provider
-    clear_of_its_firing(SCHEDULE_NAME, need_s=60)  # the 5-minute pass must not come first
+    clear_of_its_firing(RECONCILIATION_SCHEDULE, need_s=60)  # the 5-minute pass must not come first
     paid_refund()
     entry = LedgerEntry.objects.get()
     api.refunds[0]["amount"] = 3700  # the provider's record of it says otherwise

@@ -13,8 +13,9 @@ import time
 import pytest
 from django.utils import timezone
 
-from agent.effects.reconcile import reconcile_merchant
-from agent.models import LedgerEntry, Step
+from agent.effects.provider_reconciliation import reconcile_merchant
+from agent.ledger.models import LedgerEntry
+from agent.models import Step
 from agent.providers.policy import PolicyProvider
 from approvals.models import Approval
 from deskhand.desk.models import Refund
@@ -181,7 +182,7 @@ def test_a_provider_down_for_the_whole_budget_leaves_the_claim_in_flight_until_r
 def test_a_cancel_while_the_provider_is_answering_reports_the_refund_truthfully(
     dbos_executor, northwind_pays_at_the_provider
 ):
-    from agent.services import run_cancel
+    from agent.run.services import run_cancel
     from tests.durability.helpers import user
 
     api = northwind_pays_at_the_provider
@@ -219,7 +220,7 @@ def test_a_refund_a_person_narrowed_is_made_at_the_provider_for_the_approved_amo
 ):
     """Approve with changes meets an external effect: the provider is asked for the approved
     amount under the approved call's key, and the model reads that a person changed it."""
-    from agent.narrowing import approval_approve_with_changes
+    from agent.consent.narrowing import approval_approve_with_changes
     from tests.durability.helpers import pending_approval, user
 
     api = northwind_pays_at_the_provider

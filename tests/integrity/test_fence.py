@@ -9,7 +9,15 @@ from django.test import override_settings
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from agent.fence import PLACEHOLDER, closer, neutralise, opener, token_for, unwrap, wrap
+from agent.conversation.fence import (
+    PLACEHOLDER,
+    closer,
+    neutralise,
+    opener,
+    token_for,
+    unwrap,
+    wrap,
+)
 
 TOKEN = token_for("run-under-attack")
 CLOSE = closer(TOKEN)

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from agent import faults
-from agent.faults import Fault, InjectedCrash, ModelUnavailable, injecting
 from agent.providers.base import ModelReply
+from agent.run import faults
+from agent.run.faults import Fault, InjectedCrash, ModelUnavailable, injecting
 from agent.tools import REGISTRY, Risk, ToolError
 
 IRREVERSIBLE = {"issue_refund", "send_customer_email", "cancel_order"}
@@ -63,7 +63,7 @@ def test_the_environment_cannot_switch_faults_on() -> None:
     env = dict(os.environ, **dict.fromkeys(names, "issue_refund:error,model:garbage,*:kill"))
     env.setdefault("DJANGO_SETTINGS_MODULE", "deskhand.settings")
     probe = (
-        "import django; django.setup(); from agent import faults; "
+        "import django; django.setup(); from agent.run import faults; "
         "print(faults.active(), faults.after_tool('get_order', None, 'text'))"
     )
     out = subprocess.run(

@@ -14,10 +14,12 @@ from collections.abc import Iterator
 
 import pytest
 
-from agent.models import LedgerEntry, Redaction, Run, Step
-from agent.steering import run_steer
+from agent.ledger.models import LedgerEntry
+from agent.models import Run, Step
+from agent.privacy.models import Redaction
+from agent.run.steering import run_steer
 from approvals.models import Approval, AuditEvent
-from deskhand import dbos_client
+from deskhand.dbos import client as dbos_client
 from deskhand.desk.models import Customer, Order, OutboundEmail, Refund, TicketMessage
 from tests.console.conftest import client_for
 from tests.durability.helpers import decide, start, user

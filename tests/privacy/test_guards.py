@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from django.db import IntegrityError, transaction
 
-from agent.redaction import redacting
+from agent.privacy.redaction import redacting
 from approvals.models import Approval, AuditEvent
 from approvals.services import approval_decide
 from tests.console.conftest import make_approval, make_run, user

@@ -9,7 +9,7 @@ from django.db import connection
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from agent.redaction import ERASED, REDACTED, redact_json
+from agent.privacy.redaction import ERASED, REDACTED, redact_json
 
 # What a jsonb column can hold: no NUL (the step log replaces it) and no lone surrogates.
 TEXT = st.text(st.characters(exclude_categories=["Cs"], exclude_characters="\x00"), max_size=20)

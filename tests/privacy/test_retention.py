@@ -15,12 +15,15 @@ import pytest
 from django.db import connection
 from django.utils import timezone
 
-from agent.fork import fork_run
-from agent.models import LedgerEntry, Redaction, Run, Step
-from agent.retention import SWEEP_WORKFLOWS, retention_sweep
-from agent.services import RunRefused
+from agent.ledger.models import LedgerEntry
+from agent.models import Run, Step
+from agent.privacy.models import Redaction
+from agent.privacy.retention import retention_sweep
+from agent.replay.fork import fork_run
+from agent.run.services import RunRefused
 from approvals.models import Approval
-from deskhand import dbos_client
+from deskhand.dbos import client as dbos_client
+from deskhand.dbos.names import SCHEDULED_WORKFLOWS
 from deskhand.desk.models import Merchant, Refund
 from tests.console.conftest import client_for
 from tests.durability.helpers import decide, start, user
@@ -63,7 +66,8 @@ def test_past_its_retention_a_run_is_redacted_its_dbos_history_deleted_and_its_l
 ):
     from dbos import DBOS
 
-    from agent.retention_sweep import SCHEDULE_NAME, retention_workflow
+    from deskhand.dbos.engine.schedules import retention_workflow
+    from deskhand.dbos.names import RETENTION_SCHEDULE
 
     Merchant.objects.filter(slug="northwind").update(retention_days=90)
     Merchant.objects.filter(slug="lumen").update(retention_days=365)
@@ -77,8 +81,8 @@ def test_past_its_retention_a_run_is_redacted_its_dbos_history_deleted_and_its_l
     with connection.cursor() as cur:
         cur.execute("SELECT schedule_name, workflow_name FROM dbos.workflow_schedules")
         schedules = dict(cur.fetchall())
-    assert schedules[SCHEDULE_NAME] == "privacy.retention_sweep"
-    assert set(SWEEP_WORKFLOWS) == set(schedules.values())
+    assert schedules[RETENTION_SCHEDULE] == "privacy.retention_sweep"
+    assert set(SCHEDULED_WORKFLOWS) == set(schedules.values())
 
     # A firing 89 days on finds nothing old enough; 91 days on, Northwind's run.
     early = timezone.now() + dt.timedelta(days=89)

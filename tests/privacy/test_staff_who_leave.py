@@ -10,7 +10,7 @@ from django.contrib.auth import get_user_model
 from django.core.management import call_command
 from django.test import Client
 
-from agent.services import run_start
+from agent.run.services import run_start
 from approvals.models import Approval, AuditEvent, StaffNote
 from approvals.services import approval_decide
 from deskhand.cli import CliError
@@ -94,7 +94,7 @@ def test_an_owner_who_wrote_the_approval_policy_can_be_deleted_and_the_version_k
     version (its rules untouched) and its author's name; nothing else may change a version."""
     from django.db import IntegrityError, connection, transaction
 
-    from agent.approval_policy import policy_save
+    from agent.consent.policy import policy_save
     from approvals.models import ApprovalPolicy
 
     lee = "lee@northwind.test"

@@ -19,13 +19,15 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import approvals.services
+from agent.ledger.effect import execute_irreversible, ledger_key
+from agent.ledger.models import LedgerEntry
 from agent.loop import run_agent
-from agent.models import TERMINAL_STATUSES, LedgerEntry, Run, Step, StepKind
+from agent.models import TERMINAL_STATUSES, Run, Step
 from agent.providers import clear_overrides, install_override
 from agent.providers.scripted import ScriptedProvider
-from agent.services import run_create
+from agent.run.payloads import StepKind
+from agent.run.services import run_create
 from agent.tools import REGISTRY, args_hash
-from agent.tools.execute import execute_irreversible, ledger_key
 from approvals.models import Approval, ApprovalStatus
 from approvals.services import approval_decide
 from deskhand.desk.models import Merchant, Order, OutboundEmail, Refund, Ticket

@@ -12,12 +12,12 @@ from collections.abc import Iterator
 import pytest
 from django.db import connection
 
-from agent import conversation, replay
-from agent.conversation import CUT_OFF, FINISH_BRIEFLY
+from agent.conversation.live import CUT_OFF, FINISH_BRIEFLY
 from agent.models import Run, Step
 from agent.providers.anthropic import clear_clients, with_newest_breakpoint
 from agent.providers.pricing import cost_micros
-from agent.services import RunRefused, run_create
+from agent.replay import rebuild, timeline
+from agent.run.services import RunRefused, run_create
 from agent.tools.registry import canonical_json
 from approvals.models import Approval, AuditEvent
 from deskhand.desk.models import Order, Refund, Ticket
@@ -320,7 +320,7 @@ def test_calls_whose_ids_the_api_would_refuse_are_answered_and_the_history_stays
     assert sorted(first.payload.replaced_ids.values()) == ["(none)", "toolu_a", "toolu_é\ufffd"]
     assert "\x00" not in _stored_text(run)
     second = Step.objects.filter(run=run, kind="model").order_by("seq").last()
-    view = conversation.at(replay.load(run), second.seq)
+    view = rebuild.at(timeline.load(run), second.seq)
     sent = api.bodies()[1]["messages"]  # the provider adds its breakpoint on the newest block
     assert canonical_json(with_newest_breakpoint(view.messages)) == canonical_json(sent)
 
@@ -341,7 +341,7 @@ def test_a_stop_reason_the_loop_does_not_know_fails_the_run_and_runs_none_of_its
     assert f"does not know ({shown})" in run.stop_detail
     assert api.count == 1 and not Step.objects.filter(run=run, kind="tool").exists()
     assert "Stopped: unknown_stop_reason" in run.summary
-    view = conversation.at(replay.load(run), run.steps)  # the closing row: the reply not appended
+    view = rebuild.at(timeline.load(run), run.steps)  # the closing row: the reply not appended
     assert [m["role"] for m in view.messages] == ["user"]
 
 

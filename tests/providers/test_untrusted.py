@@ -1,9 +1,9 @@
-"""The model step's boundary (``agent.untrusted``): a reply made safe to store and to send back."""
+"""The model step's boundary (``agent.conversation.untrusted``): a reply made safe to store and to send back."""
 
 from __future__ import annotations
 
-from agent.conversation import unrunnable
-from agent.untrusted import REPLACED_ID_PREFIX, ids_used, reply_content
+from agent.conversation.live import unrunnable
+from agent.conversation.untrusted import REPLACED_ID_PREFIX, ids_used, reply_content
 
 
 def call(id: object, name: str = "get_ticket") -> dict:

@@ -14,8 +14,8 @@ import datetime as dt
 import json
 from typing import Any
 
-from agent.fence import wrap
-from agent.prompts import opening_prompt, system_prompt
+from agent.conversation.fence import wrap
+from agent.conversation.prompts import opening_prompt, system_prompt
 from agent.providers.base import ModelReply, Provider
 
 TOKEN = "testtoken1234567890ab"

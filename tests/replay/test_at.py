@@ -11,10 +11,10 @@ import json
 
 import pytest
 
-from agent.gate import DENIAL_TEXT
+from agent.consent.gate import DENIAL_TEXT
 from agent.models import Step
 from agent.providers.scripted import call, say
-from agent.steering import run_steer
+from agent.run.steering import run_steer
 from tests.durability.helpers import decide, start, user
 from tests.fixtures.dbos import wait_parked, wait_terminal
 from tests.replay.conftest import replay_cmd

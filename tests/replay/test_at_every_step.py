@@ -16,10 +16,12 @@ from typing import Any
 
 import pytest
 
-from agent import conversation, payloads
+from agent.conversation import live
 from agent.models import Step
 from agent.providers.scripted import call, say
-from agent.steering import run_steer
+from agent.replay import rebuild
+from agent.run import payloads
+from agent.run.steering import run_steer
 from agent.tools import api_schemas
 from agent.tools.registry import canonical_json
 from tests.durability.helpers import decide, start, user
@@ -90,9 +92,7 @@ def test_every_step_at_json_is_what_the_provider_was_handed(recorded):
         assert view["system"] == recording.systems[k]
         assert view["tools"] == recording.tools[k] == api_schemas()
         assert view["prompt_sha256"] == models[k].arguments["prompt_sha256"]
-        assert view["prompt_sha256"] == conversation.prompt_sha256(
-            recording.systems[k], recording.tools[k]
-        )
+        assert view["prompt_sha256"] == live.prompt_sha256(recording.systems[k], recording.tools[k])
         assert view["prompt_current"] is True
         held, sent = view["messages"], recording.seen[k]
         if later and models[k].seq == n:
@@ -121,7 +121,7 @@ def test_at_json_says_when_the_prompt_is_no_longer_the_one_sent(recorded, monkey
     run, recording = recorded
     first = Step.objects.filter(run=run, kind="model").order_by("seq").first()
     monkeypatch.setattr(
-        conversation, "system_prompt", lambda token=None: "A changed prompt " + str(token)
+        rebuild, "system_prompt", lambda token=None: "A changed prompt " + str(token)
     )
     view = at_json(str(run.id), first.seq)
     assert view["prompt_sha256"] == first.arguments["prompt_sha256"]

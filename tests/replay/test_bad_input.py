@@ -11,7 +11,7 @@ import uuid
 import pytest
 
 from agent.models import Run, Step
-from agent.services import run_create
+from agent.run.services import run_create
 from deskhand.desk.models import Ticket
 from tests.durability.helpers import user
 from tests.fixtures.dbos import ROOT, test_database_url

@@ -13,7 +13,7 @@ import pytest
 
 from agent.models import Run, Step
 from agent.providers.policy import PolicyProvider
-from agent.services import run_create
+from agent.run.services import run_create
 from approvals.models import AuditEvent
 from deskhand.desk.models import Refund, Ticket
 from tests.console.conftest import AUDITOR, LU_OWNER, NW_AGENT, NW_OWNER, NW_VIEWER, client_for

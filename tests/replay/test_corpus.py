@@ -11,11 +11,11 @@ import pytest
 from django.core.management import call_command
 from django.core.management.base import CommandError
 
-from agent import replay
 from agent.models import Run, Step
 from agent.providers.base import ModelReply
-from agent.synthetic import synthetic_generate
+from agent.replay import rebuild, timeline
 from deskhand.desk.models import Merchant
+from tests.devtools.synthetic import synthetic_generate
 from tests.replay.conftest import every_table
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -44,7 +44,7 @@ class Mirror:
     def __init__(self, runs: list[Run]) -> None:
         self.turns: dict[tuple[str, int], list[dict[str, Any]]] = {}
         for run in runs:
-            for k, turn in enumerate(replay.rebuild(replay.load(run)).turns):
+            for k, turn in enumerate(rebuild.rebuild(timeline.load(run)).turns):
                 self.turns[(run.prompt, k)] = turn.content
         self.calls = 0
 

@@ -7,7 +7,8 @@ from typing import Any
 import pytest
 from django.db import connection
 
-from agent.models import LedgerEntry, Run, Step
+from agent.ledger.models import LedgerEntry
+from agent.models import Run, Step
 from agent.providers.base import ModelReply
 from agent.providers.policy import PolicyProvider
 from approvals.models import Approval, AuditEvent

@@ -11,15 +11,16 @@ import json
 
 import pytest
 
-from agent import replay
-from agent.models import LedgerEntry, Run, Step
+from agent.ledger.models import LedgerEntry
+from agent.models import Run, Step
 from agent.providers.policy import PolicyProvider
 from agent.providers.scripted import call, say
-from agent.selectors import effects_summary
-from agent.services import run_create
-from agent.steering import run_steer
+from agent.replay import rebuild, timeline
+from agent.run.selectors import effects_summary
+from agent.run.services import run_create
+from agent.run.steering import run_steer
 from approvals.models import Approval, AuditEvent
-from deskhand.dbos_client import client
+from deskhand.dbos.client import client
 from deskhand.desk.models import OutboundEmail, Refund, Ticket
 from tests.consent.conftest import refund, settle
 from tests.durability.helpers import assert_every_effect_was_approved, decide, start, user
@@ -100,7 +101,7 @@ def test_forks_never_pay_twice_and_a_different_amount_under_the_same_call_is_ref
     for step, sent in zip(fork_model_steps, recording.seen, strict=True):
         view = json.loads(replay_cmd(str(again.id), "--at", str(step.seq), "--json")[1])
         assert view["messages"] == sent, f"step {step.seq}"
-        assert replay.view_at(replay.load(again), step.seq).warnings == []
+        assert rebuild.at(timeline.load(again), step.seq).warnings == []
     answered = [
         b
         for m in recording.seen[1]

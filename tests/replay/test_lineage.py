@@ -2,7 +2,7 @@
 
 The strict Messages-API double stands in for Claude: every tool call it returns has
 a new id, so nothing here can lean on call ids. An irreversible call is matched
-against its lineage's effects by business identity (``agent.lineage``): the same
+against its lineage's effects by business identity (``agent.ledger.lineage``): the same
 effect is answered from the ledger, a different one is put to a person with what
 the lineage and the ticket's earlier runs already did on the card, and the refund
 ceilings count across the ticket's runs.
@@ -19,9 +19,10 @@ from django.core.management import call_command
 from django.test import Client
 from django.urls import reverse
 
-from agent.fork import fork_run
-from agent.models import LedgerEntry, Run, Step
+from agent.ledger.models import LedgerEntry
+from agent.models import Run, Step
 from agent.providers.policy import PolicyProvider
+from agent.replay.fork import fork_run
 from approvals.models import Approval
 from deskhand.desk.models import Merchant, OutboundEmail, Refund
 from tests.durability.helpers import (

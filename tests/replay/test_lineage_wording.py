@@ -19,10 +19,11 @@ import pytest
 from django.test import Client
 from django.urls import reverse
 
-from agent import lineage
-from agent.fork import fork_run
-from agent.models import LedgerEntry, LedgerState, Run, Step
-from agent.services import run_create
+from agent.ledger import lineage
+from agent.ledger.models import LedgerEntry, LedgerState
+from agent.models import Run, Step
+from agent.replay.fork import fork_run
+from agent.run.services import run_create
 from agent.tools import REGISTRY
 from deskhand.desk.models import Order, OutboundEmail, Refund, Ticket
 from tests.durability.helpers import (

@@ -9,9 +9,9 @@ import threading
 import pytest
 from django.db import connection
 
-from agent import prompt_versions, prompts
+from agent.conversation import prompt_versions, prompts
+from agent.conversation.prompts import system_prompt
 from agent.models import PromptVersion, Run, Step
-from agent.prompts import system_prompt
 from agent.tools import api_schemas
 from tests.durability.helpers import start
 from tests.fixtures.dbos import wait_terminal
@@ -98,7 +98,7 @@ def test_a_run_recorded_before_versions_were_kept_says_so_plainly(tseeded):
     code, out = replay_cmd(str(run.id), "--at", "1")
     assert code == 0, out
     assert "this run was recorded before prompt versions were kept" in out
-    assert "today's (agent/prompts.py) is shown" in out
+    assert "today's (agent/conversation/prompts.py) is shown" in out
     code, out = replay_cmd(str(run.id), "--at", "1", "--json")
     view = json.loads(out)
     assert view["prompt_version"] is None and view["prompt_sha256"] is None

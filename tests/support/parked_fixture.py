@@ -264,8 +264,11 @@ def record(out: Path, *, mid_turn: bool = False) -> dict[str, Any]:
     connections["default"].settings_dict["TEST"]["NAME"] = "test_deskhand_parked_record"
     old = setup_databases(verbosity=0, interactive=False)
     try:
-        from agent.services import run_start
-        from deskhand.dbos_client import close_clients
+        import threading
+
+        from agent.run import faults
+        from agent.run.services import run_start
+        from deskhand.dbos.client import close_clients
         from deskhand.desk.models import Ticket
         from tests.durability.helpers import user
         from tests.fixtures.dbos import (
@@ -273,10 +276,6 @@ def record(out: Path, *, mid_turn: bool = False) -> dict[str, Any]:
             ensure_in_process_executor,
             stop_in_process_executor,
         )
-
-        import threading
-
-        from agent import faults
 
         call_command("seed", "--reset", verbosity=0)
         empty_dbos_schema()

@@ -15,7 +15,8 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
-from agent.models import LedgerEntry, Run, RunStatus
+from agent.ledger.models import LedgerEntry
+from agent.models import Run, RunStatus
 from agent.tools import REGISTRY, Risk, args_hash
 from agent.tools.registry import ToolContext, ToolOutcome
 from deskhand.desk.models import Ticket

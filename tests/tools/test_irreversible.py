@@ -14,7 +14,8 @@ from zoneinfo import ZoneInfo
 import pytest
 from django.db import connection, transaction
 
-from agent.models import LedgerEntry, RunStatus
+from agent.ledger.models import LedgerEntry
+from agent.models import RunStatus
 from agent.tools import REGISTRY, ToolError
 from agent.tools.registry import ToolOutcome
 from deskhand.desk.models import Merchant, MessageKind, Order, OutboundEmail, Refund, TicketMessage

@@ -237,7 +237,7 @@ def test_an_irreversible_tools_wording_is_exactly_what_its_identity_leaves_out()
 
 
 def test_decisions_compare_decisive_arguments_and_report_wording_as_soft():
-    from agent.decisions import DIVERGED, SAME, SOFT, compare
+    from agent.replay.decisions import DIVERGED, SAME, SOFT, compare
 
     def refund(amount: int, reason: str) -> list[dict]:
         args = {"order_reference": "NW-1042", "amount_cents": amount, "reason": reason}

@@ -4,9 +4,9 @@ from typing import Any
 
 from django.core.management.base import CommandError
 
-from agent.cli import print_outcome, run_by_id, user_by_email
+from agent.management.helpers import print_outcome, run_by_id, user_by_email
 from agent.models import RunStatus
-from agent.services import RunRefused, run_cancel
+from agent.run.services import RunRefused, run_cancel
 from approvals.models import Channel
 from deskhand.cli import DeskhandCommand
 from deskhand.desk.permissions import NotAllowed, NotVisible

@@ -7,8 +7,8 @@ from typing import Any
 
 from django.core.management.base import CommandError
 
-from agent.cli import print_outcome, user_by_email, wait_for_rest
-from agent.narrowing import NarrowingRefused, approval_approve_with_changes, changes_text
+from agent.consent.narrowing import NarrowingRefused, approval_approve_with_changes, changes_text
+from agent.management.helpers import print_outcome, user_by_email, wait_for_rest
 from approvals.models import Channel
 from approvals.selectors import approval_for_user
 from approvals.services import DecisionRefused, approval_decide

@@ -14,9 +14,9 @@ from typing import Any
 from django.db import transaction
 from django.utils import timezone
 
-from agent.effects.reconcile import reconcile_all
+from agent.effects.models import EffectFinding
+from agent.effects.provider_reconciliation import reconcile_all
 from agent.effects.selectors import findings_summary, open_findings
-from agent.models import EffectFinding
 from deskhand.cli import CliError, DeskhandCommand
 
 

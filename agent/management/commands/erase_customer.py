@@ -1,7 +1,7 @@
 """``python manage.py erase_customer EMAIL --as OWNER [--merchant SLUG] [--dry-run] [--json]``.
 
 Erases one customer's personal data everywhere Deskhand keeps it and keeps the
-merchant's money facts (``agent.erasure``; what and why: docs/privacy.md).
+merchant's money facts (``agent.privacy.erasure``; what and why: docs/privacy.md).
 ``--dry-run`` prints what would change and changes nothing. The output names the
 customer by id, never by the address it was given.
 """
@@ -13,8 +13,8 @@ from typing import Any
 
 from django.core.management.base import CommandError
 
-from agent.cli import user_by_email
-from agent.erasure import ErasureRefused, customer_erase, erasure_for
+from agent.management.helpers import user_by_email
+from agent.privacy.erasure import ErasureRefused, customer_erase, erasure_for
 from approvals.models import Channel
 from deskhand.cli import DeskhandCommand
 from deskhand.desk.permissions import NotAllowed, NotVisible

@@ -18,7 +18,7 @@ from typing import Any
 from django.conf import settings
 from django.core.management.base import CommandError
 
-from agent.prompts import system_prompt
+from agent.conversation.prompts import system_prompt
 from agent.providers.anthropic import AnthropicProvider, ProviderError, RetryPolicy
 from agent.providers.pricing import UnknownModel
 from agent.tools import api_schemas

@@ -34,12 +34,15 @@ from typing import Any
 from django.core.management.base import CommandError
 from django.db import transaction
 
-from agent import payloads, replay
-from agent.cli import print_outcome, run_by_id, user_by_email, wait_for_rest
 from agent.management import divergence
-from agent.models import Run, Step, StepKind
-from agent.redaction import replay_refusal
-from agent.services import RunRefused
+from agent.management.helpers import print_outcome, run_by_id, user_by_email, wait_for_rest
+from agent.models import Run, Step
+from agent.privacy.redaction import replay_refusal
+from agent.replay import rebuild, timeline
+from agent.replay.fork import fork_run
+from agent.run import payloads
+from agent.run.payloads import StepKind
+from agent.run.services import RunRefused
 from approvals.models import Channel
 from deskhand.cli import CliError, DeskhandCommand, UsageError
 from deskhand.desk.permissions import NotAllowed, NotVisible
@@ -165,16 +168,16 @@ class Command(DeskhandCommand):
         if opts["fork_from"] is not None:
             return self._fork(run, opts)
         with transaction.atomic():
-            timeline = replay.load(run)
+            tl = timeline.load(run)
         if opts["at"] is not None:
-            return self._at(timeline, opts["at"], opts["json"])
+            return self._at(tl, opts["at"], opts["json"])
         if opts["diverge"]:
-            return divergence.diverge(self, timeline, opts)
-        return self._show(timeline)
+            return divergence.diverge(self, tl, opts)
+        return self._show(tl)
 
     # --- the step list -----------------------------------------------------------
 
-    def _show(self, tl: replay.Timeline) -> None:
+    def _show(self, tl: timeline.Timeline) -> None:
         run = tl.run
         w = self.stdout.write
         w(
@@ -187,8 +190,8 @@ class Command(DeskhandCommand):
                 f"forked from run {run.forked_from_id} at step {run.fork_step}; steps before {run.fork_step} are that run's (marked ^)"
             )
         w(_row("seq", "kind", "tool", "ok", "replayed", "result"))
-        answers: dict[int, list[replay.Settled]] = {}
-        for s in replay.ledger_answers(tl):
+        answers: dict[int, list[rebuild.Settled]] = {}
+        for s in rebuild.ledger_answers(tl):
             answers.setdefault(s.after_seq, []).append(s)
         for step in tl.steps:
             inherited = str(step.run_id) != str(run.pk)
@@ -239,11 +242,11 @@ class Command(DeskhandCommand):
 
     # --- --at N --------------------------------------------------------------------
 
-    def _at(self, tl: replay.Timeline, n: int, as_json: bool) -> None:
+    def _at(self, tl: timeline.Timeline, n: int, as_json: bool) -> None:
         if n < 1 or n > tl.last_seq + 1:
             span = f"1 to {tl.last_seq + 1}" if tl.last_seq else "1"
             raise CommandError(f"run {tl.run.id} has no step {n}; --at takes {span}.")
-        view = replay.view_at(tl, n)
+        view = rebuild.at(tl, n)
         if as_json:
             # Exactly one object: the system prompt and tools as sent, the messages, and whether
             # today's prompt and tools still hash to what that model step recorded.
@@ -293,7 +296,7 @@ class Command(DeskhandCommand):
                 else:
                     w(f"[{kind}] {json.dumps(block, ensure_ascii=False)}")
 
-    def _prompt(self, tl: replay.Timeline, view: replay.View) -> None:
+    def _prompt(self, tl: timeline.Timeline, view: rebuild.View) -> None:
         """The system prompt and tools that step was sent, and whether today's differ."""
         w = self.stdout.write
         if not any(s.kind == StepKind.MODEL for s in tl.steps):
@@ -311,7 +314,7 @@ class Command(DeskhandCommand):
         else:
             w(
                 "system: this run was recorded before prompt versions were kept, so its system "
-                "prompt is not stored; today's (agent/prompts.py) is shown"
+                "prompt is not stored; today's (agent/conversation/prompts.py) is shown"
                 + (
                     ", and whether it is what the call was sent is not known"
                     if view.prompt_sha256 is None
@@ -329,8 +332,6 @@ class Command(DeskhandCommand):
     # --- --fork-from N -------------------------------------------------------------
 
     def _fork(self, run: Run, opts: dict[str, Any]) -> None:
-        from agent.fork import fork_run
-
         if not opts["email"]:
             raise CommandError("--fork-from needs --as EMAIL (who starts the fork).")
         user = user_by_email(opts["email"])

@@ -4,9 +4,9 @@ from typing import Any
 
 from django.core.management.base import CommandError
 
-from agent.cli import print_outcome, user_by_email, wait_for_rest
-from agent.selectors import rerun_needs_confirming, ticket_done
-from agent.services import RunRefused, run_start
+from agent.management.helpers import print_outcome, user_by_email, wait_for_rest
+from agent.run.selectors import rerun_needs_confirming, ticket_done
+from agent.run.services import RunRefused, run_start
 from approvals.models import Channel
 from deskhand.cli import CliError, DeskhandCommand
 from deskhand.desk.models import Membership, Role, Ticket

@@ -9,6 +9,9 @@ warranty answer from the KB (LU-1) and a duplicate charge (LU-2).
 Without ``--reset`` it only ever adds to an empty database; with it, every
 merchant's data is deleted first, and with it every run, step, ledger entry,
 approval, note and audit event that pointed at that data.
+
+Over 400 lines because most of it is the demo world's data — people, orders, knowledge base
+and tickets — written out literally so a reader sees the world the tickets run in.
 """
 
 from __future__ import annotations
@@ -18,13 +21,16 @@ import functools
 from dataclasses import dataclass
 from typing import Any
 
+from django.conf import settings
 from django.contrib.auth.hashers import make_password
 from django.contrib.auth.models import Permission, User
 from django.core.management.base import CommandError, CommandParser
 from django.db import connection, transaction
 from django.utils import timezone
+from django.utils.module_loading import import_string
 
-from agent.models import LedgerEntry, Run
+from agent.ledger.models import LedgerEntry
+from agent.models import Run
 from approvals.models import Approval, ApprovalPolicy, AuditEvent, StaffNote
 from deskhand.cli import DeskhandCommand
 from deskhand.desk.models import (
@@ -320,10 +326,14 @@ class Command(DeskhandCommand):
     def handle(self, *args: Any, **options: Any) -> None:
         if options.get("synthetic") is not None and options["synthetic"] < 1:
             raise CommandError("--synthetic takes a positive number of runs.")
+        if options.get("synthetic") and not settings.DESKHAND_SYNTHETIC_GENERATOR:
+            raise CommandError(
+                "--synthetic is development tooling (tests/devtools) and this installation has"
+                " none: run it from a checkout."
+            )
         self._seed(options)
         if options.get("synthetic"):
-            from agent.synthetic import synthetic_generate
-
+            synthetic_generate = import_string(settings.DESKHAND_SYNTHETIC_GENERATOR)
             made = synthetic_generate(options["synthetic"])
             if options["verbosity"] >= 1:
                 self.stdout.write(f"synthetic: {made}")

@@ -7,8 +7,8 @@ from typing import Any
 
 from django.core.management.base import CommandError
 
-from agent.cli import run_by_id, user_by_email
-from agent.steering import SteerRefused, run_steer
+from agent.management.helpers import run_by_id, user_by_email
+from agent.run.steering import SteerRefused, run_steer
 from approvals.models import Channel
 from deskhand.cli import DeskhandCommand
 from deskhand.desk.permissions import NotAllowed, NotVisible

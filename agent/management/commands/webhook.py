@@ -7,7 +7,7 @@ from typing import Any
 
 from django.core.management.base import CommandError
 
-from agent.cli import user_by_email
+from agent.management.helpers import user_by_email
 from approvals.models import Channel
 from approvals.notifications import WebhookRefused, webhook_set
 from deskhand.cli import CliError, DeskhandCommand

@@ -21,13 +21,14 @@ from django.contrib.auth import get_user_model
 from django.db import close_old_connections
 from django.utils import timezone
 
-from agent.models import TERMINAL_STATUSES, Run, RunStatus, StepKind
-from agent.narrowing import approval_approve_with_changes
+from agent.consent.narrowing import approval_approve_with_changes
+from agent.models import TERMINAL_STATUSES, Run, RunStatus
 from agent.providers import install_override
 from agent.providers.base import ModelReply, Provider
 from agent.providers.policy import PolicyProvider
-from agent.services import run_create, run_enqueue
-from agent.steplog import log_step
+from agent.run.payloads import StepKind
+from agent.run.services import run_create, run_enqueue
+from agent.run.steplog import log_step
 from approvals.models import Approval, ApprovalStatus
 from approvals.services import approval_decide
 from deskhand.desk.models import Membership, Merchant, Order, Refund, Ticket

@@ -11,11 +11,11 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from agent.load.world import park_provider
 from agent.providers.base import Provider
 from agent.providers.policy import PolicyProvider
 from agent.providers.scripted import ScriptedProvider, call, say
 from tests.devtools.doubles import ObedientProvider
+from tests.devtools.load.world import park_provider
 
 NW3_DENIAL_REASON = "Delivered 91 days ago, well outside the 30-day window."
 

@@ -19,10 +19,12 @@ import dataclasses
 import json
 from typing import Any
 
-from agent import payloads
-from agent.fence import closer, opener, token_for
-from agent.models import LedgerEntry, Run, Step, StepKind
-from agent.narrowing import NarrowingRefused, narrowed_arguments
+from agent.consent.narrowing import NarrowingRefused, narrowed_arguments
+from agent.conversation.fence import closer, opener, token_for
+from agent.ledger.models import LedgerEntry
+from agent.models import Run, Step
+from agent.run import payloads
+from agent.run.payloads import StepKind
 from agent.tools.registry import args_hash, canonical_json
 from approvals.models import Approval
 from deskhand.desk.models import Order, OutboundEmail, Refund

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from django.db import connection
 
-from agent import payloads
-from agent.models import LedgerEntry
-from agent.services import run_cancel
+from agent.ledger.models import LedgerEntry
+from agent.run import payloads
+from agent.run.services import run_cancel
 from approvals.models import AuditEvent
 from tests.devtools.evals.harness import APPROVE, LEAVE, Harness, deny, expect, expect_eq
 from tests.devtools.evals.scenarios import scenario

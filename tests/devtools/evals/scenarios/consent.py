@@ -8,11 +8,11 @@ import time
 
 from django.db import connection
 
-from agent.approval_policy import policy_save
-from agent.faults import Fault, injecting
+from agent.consent.policy import policy_save
 from agent.providers.policy import PolicyProvider
 from agent.providers.scripted import ScriptedProvider, call, say
-from agent.services import run_cancel
+from agent.run.faults import Fault, injecting
+from agent.run.services import run_cancel
 from agent.tools import args_hash
 from approvals.services import DecisionRefused, approval_decide
 from deskhand.desk.permissions import NotAllowed
@@ -232,7 +232,7 @@ def a_decision_is_made_once(h: Harness) -> None:
 
 @scenario("consent", "a message on the approval topic without a recorded decision executes nothing")
 def a_message_is_not_a_decision(h: Harness) -> None:
-    from deskhand.dbos_client import client
+    from deskhand.dbos.client import client
 
     run = h.start("NW-1")
     h.drive(run, LEAVE)

@@ -7,9 +7,10 @@ SIGKILLed worker processes are the crash sweep's job (``manage.py crash_sweep``)
 
 from __future__ import annotations
 
-from agent import faults
-from agent.models import LedgerEntry, Run, Step
-from agent.tools.execute import execute_irreversible
+from agent.ledger.effect import execute_irreversible
+from agent.ledger.models import LedgerEntry
+from agent.models import Run, Step
+from agent.run import faults
 from deskhand.desk.models import Refund
 from tests.devtools.evals.harness import APPROVE, LEAVE, Harness, deny, expect, expect_eq
 from tests.devtools.evals.scenarios import scenario

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from agent.faults import INJECTION_PAYLOAD, Fault, injecting
-from agent.fence import closer, opener, token_for
+from agent.conversation.fence import closer, opener, token_for
 from agent.models import Run
 from agent.providers.scripted import ScriptedProvider, call, say
-from agent.services import run_cancel
+from agent.run.faults import INJECTION_PAYLOAD, Fault, injecting
+from agent.run.services import run_cancel
 from agent.tools import REGISTRY, Risk
 from tests.devtools.doubles import ObedientProvider
 from tests.devtools.evals.harness import APPROVE, LEAVE, Harness, deny, expect, expect_eq
@@ -236,7 +236,7 @@ def the_fence_token_is_per_run_and_stable(h: Harness) -> None:
 
 @scenario("integrity", "staff guidance reaches the model separated from customer text, and fenced")
 def staff_guidance_is_fenced(h: Harness) -> None:
-    from agent.steering import run_steer
+    from agent.run.steering import run_steer
 
     run = h.start("NW-1")
     h.drive(run, LEAVE)

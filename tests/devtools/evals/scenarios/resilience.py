@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from agent.faults import Fault, injecting
-from agent.models import LedgerEntry
+from agent.ledger.models import LedgerEntry
+from agent.run.faults import Fault, injecting
 from deskhand.desk.models import Refund
 from tests.devtools.evals.harness import APPROVE, Harness, expect, expect_eq
 from tests.devtools.evals.scenarios import scenario

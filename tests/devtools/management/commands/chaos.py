@@ -61,7 +61,7 @@ class Command(DeskhandCommand):
             result = check(chaos.all_runs())
         finally:
             chaos.close()
-            from deskhand.dbos_client import close_clients
+            from deskhand.dbos.client import close_clients
 
             close_clients()
             restore_django(saved)

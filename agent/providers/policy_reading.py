@@ -1,0 +1,288 @@
+"""What the keyless policy reads: the conversation's tool calls read back, and the knowledge
+base's policy sentences.
+
+``PolicyProvider`` (``agent.providers.policy``) decides from these alone: the order record,
+its items and refund remainder as the tools returned them, and the numbers a handful of
+policy sentence shapes state. Everything here is read from text the tools and the customer
+wrote, so it is read as data: fenced results are unwrapped, and sentences addressed to the
+agent are found, never obeyed.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import json
+import re
+from collections.abc import Iterator
+from typing import Any
+
+from agent.conversation.fence import unwrap
+
+DENIAL_PREFIX = "A person declined this action."
+IRREVERSIBLE = ("issue_refund", "send_customer_email", "cancel_order")
+
+
+def _blocks(message: dict[str, Any]) -> list[dict[str, Any]]:
+    content = message.get("content")
+    if isinstance(content, str):
+        return [{"type": "text", "text": content}]
+    return [b for b in content or [] if isinstance(b, dict)]
+
+
+# --- the history, read back ----------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class ToolCall:
+    """One tool call the provider made and what came back (``text`` None: no result yet)."""
+
+    name: str
+    args: dict[str, Any]
+    text: str | None = None
+    is_error: bool = False
+
+    @property
+    def data(self) -> Any:
+        return self._decoded()[0]
+
+    @property
+    def trailing(self) -> str:
+        """What follows the JSON record, or the whole text if it holds none."""
+        return self._decoded()[1]
+
+    def _decoded(self) -> tuple[Any, str]:
+        # A record with text appended after it (a fault, an injection) still reads as the record;
+        # the text after it is scanned for instructions, never taken as fact.
+        text = (self.text or "").strip()
+        if self.text is None or self.is_error:
+            return None, text
+        try:
+            data, end = json.JSONDecoder().raw_decode(text)
+        except ValueError:
+            return None, text
+        return data, text[end:]
+
+    @property
+    def succeeded(self) -> bool:
+        return self.text is not None and not self.is_error
+
+    @property
+    def declined(self) -> bool:
+        return self.is_error and (self.text or "").startswith(DENIAL_PREFIX)
+
+    @property
+    def failure(self) -> str:
+        """Why it did not happen, in one line: the approver's reason or the error."""
+        text = (self.text or "no result").strip()
+        if self.declined:
+            reason = re.search(r"Reason:\s*(.*)", text)
+            return f"a person declined it (reason: {reason.group(1).strip() if reason else 'none given'})"
+        return f"it failed: {first_line(text)}"
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class History:
+    ticket_reference: str | None
+    calls: tuple[ToolCall, ...]
+
+    @classmethod
+    def read(cls, messages: list[dict[str, Any]]) -> History:
+        reference = None
+        if messages and messages[0].get("role") == "user":
+            opening = " ".join(
+                b.get("text", "") for b in _blocks(messages[0]) if b.get("type") == "text"
+            )
+            if m := re.search(r"Ticket reference:\s*(\S+)", opening):
+                reference = m.group(1)
+        uses: list[tuple[str, str, dict[str, Any]]] = []
+        results: dict[str, tuple[str, bool]] = {}
+        for message in messages:
+            for block in _blocks(message):
+                if message.get("role") == "assistant" and block.get("type") == "tool_use":
+                    uses.append(
+                        (block.get("id", ""), block.get("name", ""), block.get("input") or {})
+                    )
+                elif block.get("type") == "tool_result":
+                    results[block.get("tool_use_id", "")] = (
+                        _result_text(block.get("content")),
+                        bool(block.get("is_error")),
+                    )
+        calls = []
+        for use_id, name, args in uses:
+            text, is_error = results.get(use_id, (None, False))
+            calls.append(ToolCall(name, dict(args), text, is_error))
+        return cls(reference, tuple(calls))
+
+    def last(self, name: str, **match: Any) -> ToolCall | None:
+        for c in reversed(self.calls):
+            if c.name == name and all(c.args.get(k) == v for k, v in match.items()):
+                return c
+        return None
+
+    def attempt(self, name: str, args: dict[str, Any]) -> ToolCall | None:
+        """An earlier irreversible call on the same target, whatever its other arguments."""
+        key = "reference" if name == "send_customer_email" else "order_reference"
+        return self.last(name, **{key: args.get(key)})
+
+    def irreversible(self) -> list[ToolCall]:
+        return [c for c in self.calls if c.name in IRREVERSIBLE]
+
+    def untrusted_texts(self) -> Iterator[str]:
+        """Every string the tools returned, JSON strings unpacked."""
+        for c in self.calls:
+            if c.text is None:
+                continue
+            yield from _strings(c.data)
+            yield c.trailing
+
+
+def _result_text(content: Any) -> str:
+    if isinstance(content, list):
+        content = "\n".join(b.get("text", "") for b in content if isinstance(b, dict))
+    return unwrap(str(content or ""))
+
+
+def _strings(value: Any) -> Iterator[str]:
+    if isinstance(value, str):
+        yield value
+    elif isinstance(value, dict):
+        for v in value.values():
+            yield from _strings(v)
+    elif isinstance(value, list):
+        for v in value:
+            yield from _strings(v)
+
+
+# --- reading text -------------------------------------------------------------
+
+_NUMBER_WORDS = {"a": 1, "an": 1, "one": 1, "two": 2, "three": 3, "four": 4, "five": 5, "six": 6,
+                 "seven": 7, "eight": 8, "nine": 9, "ten": 10, "twelve": 12}  # fmt: skip
+
+# Text addressed to the agent rather than to support: a customer cannot pre-approve anything.
+INSTRUCTION = re.compile(
+    "|".join(
+        (
+            r"(?:ignore|disregard|forget) (?:all |any )?(?:of )?(?:your |the )?"
+            r"(?:previous|prior|above|earlier) instructions",
+            r"\bcall\s+(?:issue_refund|send_customer_email|cancel_order)\b",
+            r"^\W*system(?: override)?\s*:",
+            r"do not (?:request|ask for) (?:human )?approval",
+            r"\bpre-?(?:approved|authori[sz]ed)\b",
+        )
+    ),
+    re.IGNORECASE | re.MULTILINE,
+)
+_REFUND_INSTRUCTION = re.compile(r"\bcall\s+issue_refund\b", re.IGNORECASE)
+ORDER_REF = re.compile(r"\b[A-Z]{2}-\d{4}\b")
+# How an earlier run's note records a refund a person declined (``Case._outcome``).
+DECLINED_REFUND = re.compile(
+    r"I asked to refund (\d+\.\d{2}) ([A-Z]{3}) against ([A-Z0-9-]+), but a person declined it"
+    r" \(reason: ([^)]*)\)"
+)
+
+# Topic, in order of precedence, and what to search the knowledge base for.
+TOPICS = (
+    ("duplicate", r"charged twice|double[- ]charged|duplicate|two charges|charged two times"),
+    ("warranty", r"warrant|crack|broken|\bbroke\b|stopped working|defect|faulty"),
+    ("wrong_item", r"wrong item|wrong order|instead of|not what i ordered|sent me the wrong"),
+    ("refund", r"refund|money back|dollars back|stale|quality|tastes?\b|\bflat\b|damaged"),
+    (
+        "shipping",
+        r"where is|where it is|where's|tracking|\blate\b|turned up|arrived yet|not arrived",
+    ),
+)
+QUERIES = {
+    "duplicate": "duplicate charge",
+    "warranty": "warranty",
+    "wrong_item": "refund policy",
+    "refund": "refund policy",
+    "shipping": "shipping times",
+}
+QUALITY = re.compile(
+    r"\b(stale|quality|flat|papery|tastes?|grinder|incorrect roast|wrong roast|damaged|rancid|"
+    r"burnt|mou?ldy)\b"
+)
+
+
+def sentences(text: str) -> list[str]:
+    return [s.strip() for s in re.split(r"(?<=[.!?])\s+|\n+", text) if s.strip()]
+
+
+def first_line(text: str, limit: int = 200) -> str:
+    line = text.strip().split("\n", 1)[0]
+    return line if len(line) <= limit else line[: limit - 1] + "…"
+
+
+def _number(word: str) -> int | None:
+    return int(word) if word.isdigit() else _NUMBER_WORDS.get(word.lower())
+
+
+def instructions_in(text: str) -> list[str]:
+    """Sentences in ``text`` that address the agent instead of support."""
+    return [s for s in sentences(text) if INSTRUCTION.search(s)]
+
+
+def refund_instructions(text: str) -> list[str]:
+    return [s for s in sentences(text) if _REFUND_INSTRUCTION.search(s)]
+
+
+def format_money(cents: int, currency: str = "USD") -> str:
+    whole, fraction = divmod(abs(cents), 100)
+    return f"{'-' if cents < 0 else ''}{whole}.{fraction:02d} {currency}"
+
+
+def when(value: Any) -> dt.datetime | None:
+    if not isinstance(value, str):
+        return None
+    try:
+        when = dt.datetime.fromisoformat(value)
+    except ValueError:
+        return None
+    return when.astimezone(dt.UTC).replace(tzinfo=None) if when.tzinfo else when
+
+
+def business_days(order: dict[str, Any]) -> int:
+    days = int(order.get("days_since_placed") or 0)
+    placed = when(order.get("placed_at"))
+    if placed is None:
+        return days * 5 // 7
+    return sum(1 for n in range(1, days + 1) if (placed + dt.timedelta(days=n)).weekday() < 5)
+
+
+class Policy:
+    """The rules a handful of sentence shapes in the knowledge base state."""
+
+    def __init__(self, articles: list[dict[str, Any]]) -> None:
+        self.sentences = [s for a in articles for s in sentences(str(a.get("body", "")))]
+
+    def sentence(self, pattern: str) -> str | None:
+        return next((s for s in self.sentences if re.search(pattern, s, re.IGNORECASE)), None)
+
+    def number(self, topic: str, pattern: str) -> tuple[int, str] | None:
+        """The first number ``pattern`` captures in a sentence about ``topic``, with the sentence."""
+        for s in self.sentences:
+            m = re.search(pattern, s, re.IGNORECASE) if re.search(topic, s, re.IGNORECASE) else None
+            if m and (n := _number(m.group(1))) is not None:
+                return n, s
+        return None
+
+    def phrases(self, pattern: str) -> list[str]:
+        """The list a sentence enumerates after ``pattern`` ("including a, b, and c")."""
+        s = self.sentence(pattern)
+        m = re.search(rf"(?:{pattern})\s+([^.]+)", s or "", re.IGNORECASE)
+        if m is None:
+            return []
+        return [
+            p.strip()
+            for p in re.split(r",\s*(?:and |or )?|\s+and\s+|\s+or\s+", m.group(1))
+            if p.strip()
+        ]
+
+
+def mentions(phrase: str, text: str, *, every: bool = True) -> bool:
+    """Every (or any) word of ``phrase`` appears in ``text``, loosely ("cracking" ~ "cracked")."""
+    words = re.findall(r"[a-z]+", text.lower())
+    stems = [w[:5] for w in re.findall(r"[a-z]+", phrase.lower()) if len(w) > 2]
+    found = (any(w.startswith(stem) for w in words) for stem in stems)
+    return bool(stems) and (all(found) if every else any(found))

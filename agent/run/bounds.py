@@ -1,0 +1,244 @@
+"""Bounds: every run terminates, and no cap is passed even across a crash.
+
+``bounds_check`` runs as a durable step before every model call, so every
+value it reads — the run's totals, the clock, the merchant's and the
+platform's spend today, the step log — is read inside a step and checkpointed:
+a replayed run sees the same answer the original did. The caps themselves were
+snapshotted on the run at creation (``run_create``), so a settings change never
+widens a run in flight; the platform cap and the merchant's daily cap are read
+live, because they are shared budgets, not the run's own.
+
+The checks run in a fixed order and the first one hit ends the run
+``exhausted`` with its own stop reason; the loop then writes the summary
+(``run_finish``: what the model said, then "Effects:" from the ledger).
+
+Money that leaves — refunds — is bounded elsewhere, in the refund's own
+transaction under row locks (``deskhand.desk.services.refund_issue``): the
+order's refundable remainder, the run's refund ceiling and the merchant's
+daily refund ceiling. A refusal there is an error tool result the model reads,
+not the end of the run. ``refund_precheck`` answers the same question
+read-only, for asking before a person is bothered with an approval that
+could not be paid.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import zoneinfo
+from collections.abc import Callable
+from typing import Any
+
+from django.conf import settings
+from django.db.models import Count, Q, Sum
+from django.utils import timezone
+
+from agent.models import Run, Step
+from agent.run import payloads
+from agent.run.payloads import StepKind
+from agent.tools.reads import order_of_customer
+from agent.tools.registry import ToolError
+from deskhand.desk.models import Refund
+from deskhand.desk.money import format_cents, format_micros
+from deskhand.desk.services import merchant_day_start
+
+Hit = dict[str, str]
+Check = Callable[[Run, dt.datetime], Hit | None]
+
+
+def day_start(now: dt.datetime, tz_name: str) -> dt.datetime:
+    """Midnight of ``now``'s calendar day on the wall clock of ``tz_name``."""
+    local = now.astimezone(zoneinfo.ZoneInfo(tz_name))
+    return local.replace(hour=0, minute=0, second=0, microsecond=0)
+
+
+def _hit(reason: str, detail: str) -> Hit:
+    return {"reason": reason, "detail": detail}
+
+
+def check_steps(run: Run, now: dt.datetime) -> Hit | None:
+    if run.steps >= run.max_steps:
+        return _hit("step_cap", f"reached the {run.max_steps}-step ceiling ({run.steps} steps)")
+    return None
+
+
+def check_tokens(run: Run, now: dt.datetime) -> Hit | None:
+    if run.total_tokens >= run.max_tokens:
+        return _hit("token_cap", f"used {run.total_tokens} tokens of {run.max_tokens}")
+    return None
+
+
+def check_spend(run: Run, now: dt.datetime) -> Hit | None:
+    if run.cost_micros >= run.max_spend_micros:
+        spent, cap = format_micros(run.cost_micros), format_micros(run.max_spend_micros)
+        return _hit("spend_cap", f"spent {spent} of {cap}")
+    return None
+
+
+def check_deadline(run: Run, now: dt.datetime) -> Hit | None:
+    # Time spent waiting for a person is handed back; the working clock never resets.
+    deadline = run.deadline_at + dt.timedelta(seconds=run.waited_seconds)
+    if now > deadline:
+        return _hit(
+            "deadline",
+            f"ran past its {run.deadline_seconds}s working deadline "
+            f"(not counting {run.waited_seconds:.0f}s spent waiting for a person)",
+        )
+    return None
+
+
+def merchant_spend_today(run: Run, now: dt.datetime) -> int:
+    """Model spend of the merchant's runs started today, on the merchant's own calendar."""
+    since = day_start(now, run.merchant.timezone)
+    spent = Run.objects.filter(merchant_id=run.merchant_id, created_at__gte=since).aggregate(
+        t=Sum("cost_micros")
+    )["t"]
+    return int(spent or 0)
+
+
+def platform_spend_today(now: dt.datetime) -> int:
+    """Model spend of every run started today (UTC)."""
+    spent = Run.objects.filter(created_at__gte=day_start(now, "UTC")).aggregate(
+        t=Sum("cost_micros")
+    )["t"]
+    return int(spent or 0)
+
+
+def check_merchant_day(run: Run, now: dt.datetime) -> Hit | None:
+    spent, cap = merchant_spend_today(run, now), run.merchant.daily_spend_cap_micros
+    if spent >= cap:
+        return _hit(
+            "merchant_daily_spend",
+            f"{run.merchant.name} spent {format_micros(spent)} today, its cap is {format_micros(cap)}",
+        )
+    return None
+
+
+def check_platform_day(run: Run, now: dt.datetime) -> Hit | None:
+    spent, cap = platform_spend_today(now), settings.DESKHAND_PLATFORM_DAILY_SPEND_MICROS
+    if spent >= cap:
+        return _hit(
+            "platform_daily_spend",
+            f"the platform spent {format_micros(spent)} today, its cap is {format_micros(cap)}",
+        )
+    return None
+
+
+def repeated_call(run: Run) -> dict[str, Any] | None:
+    """The call made most often with identical arguments, if it reached the loop threshold.
+
+    A call counts whether it ran or not: every tool step (failed ones too), and
+    every irreversible call a person declined (its approval step), so a model
+    that keeps asking for what was refused is stopped like one that keeps
+    reading the same record. An approved call is counted once, by its tool step.
+    """
+    found = (
+        Step.objects.filter(run_id=run.pk)
+        .filter(Q(kind=StepKind.TOOL) | payloads.approval_denied())
+        .order_by()
+        .values("tool", "arguments")
+        .annotate(n=Count("id"))
+        .filter(n__gte=run.loop_threshold)
+        .order_by("-n", "tool")
+        .first()
+    )
+    return dict(found) if found else None
+
+
+def check_loop(run: Run, now: dt.datetime) -> Hit | None:
+    repeated = repeated_call(run)
+    if repeated:
+        return _hit(
+            "loop_detected",
+            f"called {repeated['tool']} with identical arguments {repeated['n']} times",
+        )
+    return None
+
+
+# In order: the first hit ends the run.
+CHECKS: tuple[Check, ...] = (
+    check_steps,
+    check_tokens,
+    check_spend,
+    check_deadline,
+    check_merchant_day,
+    check_platform_day,
+    check_loop,
+)
+
+
+def bounds_check(run_id: str, now_iso: str | None = None) -> Hit | None:
+    """The first bound this run has hit, as ``{"reason", "detail"}``; ``None`` if none.
+
+    Run as a step: the clock is read here, inside it, and the answer is checkpointed.
+    """
+    run = Run.objects.select_related("merchant").get(pk=run_id)
+    if not run.is_active:
+        # Cancelled (or closed) while working: no further model call; the loop's run.finish
+        # then writes nothing, and the cancel keeps the last line of the step log.
+        return {"reason": "cancelled", "detail": f"the run is {run.status}"}
+    now = dt.datetime.fromisoformat(now_iso) if now_iso else timezone.now()
+    for check in CHECKS:
+        hit = check(run, now)
+        if hit is not None:
+            return hit
+    return None
+
+
+def bounds_step(run_id: str) -> dict[str, Any]:
+    """``bounds_check`` as the loop's step: the hit, or how many steps are left (``steps_left``).
+
+    A reply with many tool calls is counted against the step cap one call at a time, so the
+    loop needs the remainder, not only whether the cap is already reached. (Older checkpoints
+    of this step hold ``None`` or a hit; the loop reads both.)
+    """
+    hit = bounds_check(run_id)
+    if hit is not None:
+        return hit
+    run = Run.objects.only("steps", "max_steps").get(pk=run_id)
+    return {"steps_left": max(run.max_steps - run.steps, 0)}
+
+
+def refund_precheck(run_id: str, args: dict[str, Any]) -> str | None:
+    """Why an ``issue_refund`` with these arguments could not be paid now, or ``None``.
+
+    Read-only and advisory: the refund's own transaction re-checks every limit
+    under row locks, and that check is the one that holds. This one lets the
+    loop refuse before a person is asked to approve money that cannot move.
+    """
+    run = Run.objects.select_related("merchant", "ticket").get(pk=run_id)
+    amount, reference = args.get("amount_cents"), args.get("order_reference")
+    if isinstance(amount, bool) or not isinstance(amount, int) or amount < 1:
+        return None  # validation's business, not a ceiling's
+    if not isinstance(reference, str):
+        return None
+    money = format_cents
+    try:
+        # The lookup the refund itself makes: this merchant's order, this ticket's customer.
+        order = order_of_customer(
+            merchant_id=run.merchant_id, customer_id=run.ticket.customer_id, reference=reference
+        )
+    except ToolError as exc:
+        return f"cannot refund {money(amount)}: {exc}"
+
+    def total(qs: Any) -> int:
+        return int(qs.aggregate(t=Sum("amount_cents"))["t"] or 0)
+
+    refused = f"cannot refund {money(amount)} against {order.reference}"
+    remaining = order.total_cents - total(Refund.objects.filter(order=order))
+    if amount > remaining:
+        return f"{refused}: only {money(remaining)} of {money(order.total_cents)} is left to refund"
+    # Counted as the refund counts it: every run on this ticket, their forks and re-runs.
+    by_run = total(Refund.objects.filter(run__ticket_id=run.ticket_id))
+    if by_run + amount > run.max_refund_cents:
+        left = max(run.max_refund_cents - by_run, 0)
+        return f"{refused}: this run's refund ceiling is {money(run.max_refund_cents)}, {money(left)} is left"
+    today = total(
+        Refund.objects.filter(
+            merchant_id=run.merchant_id, created_at__gte=merchant_day_start(run.merchant)
+        )
+    )
+    ceiling = run.merchant.daily_refund_ceiling_cents
+    if today + amount > ceiling:
+        left = max(ceiling - today, 0)
+        return f"{refused}: {run.merchant.name}'s daily refund ceiling is {money(ceiling)}, {money(left)} is left today"
+    return None

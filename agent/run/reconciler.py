@@ -1,0 +1,167 @@
+"""The reconciler: make every Run row tell the truth about its workflow.
+
+Runs in the worker every few seconds, on the clock it is given (``now``). It
+finishes cancels DBOS could not confirm at the time (runs left ``cancelling``:
+cancel the workflow again, then mark them cancelled), stops any workflow still
+active behind a run recorded ``cancelled``, maps DBOS terminal
+states (error, cancelled, recovery attempts exceeded) onto runs still marked
+open, fails runs whose workflow never came to exist (the web process died
+between creating the row and enqueueing), and re-sends recorded decisions and
+staff notes whose send never happened (same idempotency keys, so each is
+delivered once; a note that was delivered is marked and never sent again).
+It also sends the notification outbox (``approvals.outbox``): people told that
+an approval waits for them, at least once, retried with backoff.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+
+from django.utils import timezone
+
+from agent.models import ACTIVE_STATUSES, OPEN_STATUSES, Run, RunStatus, StopReason
+from agent.run import faults
+from agent.run.services import run_cancel_confirm, run_mark_cancelled, run_mark_failed
+from agent.run.steering import note_send
+from approvals.models import Approval, ApprovalStatus, StaffNote
+from approvals.notifications import notify_expiring_due
+from approvals.outbox import outbox_send_due
+from approvals.services import approval_send
+from deskhand.dbos import client as dbos_client
+
+log = logging.getLogger(__name__)
+
+ENQUEUE_GRACE = dt.timedelta(seconds=30)
+# A decision or note younger than this may still have its own send in flight.
+SEND_GRACE = dt.timedelta(seconds=2)
+
+
+def reconcile(now: dt.datetime | None = None) -> dict[str, int]:
+    now = now or timezone.now()
+    counts = {
+        "enqueue_lost": 0,
+        "error": 0,
+        "cancelled": 0,
+        "recovery_exhausted": 0,
+        "resent": 0,
+        "notes_resent": 0,
+        "workflows_stopped": 0,
+    }
+    # Only the runs that need something: thousands parked at the gate are fine and are
+    # never read into this process (one query each, in Postgres; docs/scaling.md).
+    table = Run._meta.db_table
+    for pk in Run.objects.filter(status=RunStatus.CANCELLING).values_list("pk", flat=True):
+        # A cancel DBOS did not confirm at the time: ask again; mark cancelled once it holds.
+        if run_cancel_confirm(run_id=str(pk), by="the reconciler"):
+            counts["cancelled"] += 1
+    for run_id in dbos_client.runs_without_workflow(
+        run_table=table, status=str(RunStatus.QUEUED), created_before=now - ENQUEUE_GRACE
+    ):
+        if run_mark_failed(
+            run_id=run_id,
+            reason=StopReason.ENQUEUE_LOST,
+            detail="the run was created but never handed to a worker",
+        ):
+            counts["enqueue_lost"] += 1
+    troubled = dbos_client.troubled_run_workflows(
+        run_table=table,
+        run_statuses=[str(s) for s in OPEN_STATUSES if s != RunStatus.CANCELLING],
+    )
+    for run_id, wf in troubled.items():
+        if wf.status == "ERROR":
+            if run_mark_failed(
+                run_id=run_id, reason=StopReason.ERROR, detail=f"workflow failed: {wf.error}"[:2000]
+            ):
+                counts["error"] += 1
+        elif wf.status == "MAX_RECOVERY_ATTEMPTS_EXCEEDED":
+            if run_mark_failed(
+                run_id=run_id,
+                reason=StopReason.RECOVERY_EXHAUSTED,
+                detail="the workflow crashed too many times",
+            ):
+                counts["recovery_exhausted"] += 1
+        elif wf.status == "CANCELLED" and run_mark_cancelled(
+            run_id=run_id, by="DBOS (the workflow was cancelled outside Deskhand)"
+        ):
+            counts["cancelled"] += 1
+    counts["workflows_stopped"] = stop_workflows_of_cancelled_runs()
+    counts["resent"] = resend_undelivered(now)
+    counts["notes_resent"] = resend_undelivered_notes(now)
+    counts.update(notifications_sweep(now))
+    return counts
+
+
+def notifications_sweep(now: dt.datetime) -> dict[str, int]:
+    """Tell people they are needed: write due expiry warnings, then send the outbox.
+
+    A failure here never stops the rest of the reconciler; the rows stay and the next
+    pass tries again.
+    """
+    try:
+        warned = notify_expiring_due(now=now)
+        sent = outbox_send_due(now=now, checkpoint=faults.at)
+    except Exception:
+        log.exception("the notification sweep failed; the next pass retries")
+        return {"expiry_warnings": 0, "notifications_sent": 0, "notifications_failed": 0}
+    return {
+        "expiry_warnings": warned,
+        "notifications_sent": sent["sent"],
+        "notifications_failed": sent["failed"],
+    }
+
+
+def stop_workflows_of_cancelled_runs() -> int:
+    """Cancel any workflow DBOS still holds active for a run recorded ``cancelled``.
+
+    Since cancels wait for DBOS's confirmation none should exist; this sweeps the
+    runs an older release marked cancelled while its cancel call failed.
+    """
+    stopped = 0
+    for pk in dbos_client.runs_with_active_workflow(
+        run_table=Run._meta.db_table, status=str(RunStatus.CANCELLED)
+    ):
+        try:
+            state = dbos_client.cancel_run_workflow(str(pk))
+        except Exception:
+            log.exception("cancelling the workflow of cancelled run %s failed", pk)
+            continue
+        if state is None or not state.active:
+            stopped += 1
+    return stopped
+
+
+def resend_undelivered(now: dt.datetime | None = None) -> int:
+    """Re-send decisions recorded at least ``SEND_GRACE`` before ``now`` that never reached their run."""
+    now = now or timezone.now()
+    sent = 0
+    for approval in Approval.objects.filter(
+        delivered_at__isnull=True,
+        decided_at__lt=now - SEND_GRACE,
+        run__status__in=ACTIVE_STATUSES,
+        status__in=[ApprovalStatus.APPROVED, ApprovalStatus.DENIED, ApprovalStatus.EXPIRED],
+    )[:500]:
+        try:
+            approval_send(approval)
+            sent += 1
+        except Exception:
+            log.exception("re-sending decision for approval %s failed", approval.id)
+    return sent
+
+
+def resend_undelivered_notes(now: dt.datetime | None = None) -> int:
+    """Re-send staff notes that never reached their live run (keyed ``note:<id>``); each is
+    marked ``delivered_at`` once DBOS accepts it, and never sent again."""
+    now = now or timezone.now()
+    sent = 0
+    for note in StaffNote.objects.filter(
+        delivered_at__isnull=True,
+        run__status__in=ACTIVE_STATUSES,
+        created_at__lt=now - SEND_GRACE,
+    ).order_by("created_at")[:500]:
+        try:
+            note_send(note)
+            sent += 1
+        except Exception:
+            log.exception("re-sending staff note %s failed", note.pk)
+    return sent

@@ -1,0 +1,167 @@
+"""Reading a run: its outcome as the CLI and console show it, and what it did to the world.
+
+The effects are read from the ledger and the approvals, never from the model's words.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import uuid
+from typing import Any
+
+from django.db.models import Sum
+
+from agent.consent.narrowing import changes_text
+from agent.ledger.lineage import describe, inherited_effects
+from agent.ledger.models import LedgerEntry
+from agent.models import Run
+from approvals.models import Approval, ApprovalStatus
+from deskhand.desk.models import OutboundEmail, Refund, Ticket, TicketStatus
+
+
+def _decided_how(approval: Approval | None) -> str:
+    """How an effect was approved, when not simply by a person as proposed."""
+    if approval is None:
+        return ""
+    if approval.changed:
+        proposed = approval.arguments if isinstance(approval.arguments, dict) else {}
+        what = changes_text(approval.tool, proposed, approval.executes)
+        return f" (approved with changes by {approval.decided_by_label or 'a person'}: {what})"
+    if approval.policy_id is not None:
+        return f" (approved by the merchant's {approval.decided_by_label})"
+    return ""
+
+
+def effects_summary(run_id: str) -> str:
+    """What this run actually did to the world, from the ledger and the approvals — never from the model.
+
+    A fork first names what it inherited: the effects its lineage had made before it
+    started, which it did not (and could not) repeat. Then what was new in this run.
+    """
+    lines: list[str] = []
+    run = Run.objects.get(pk=run_id)
+    inherited = inherited_effects(run)
+    entries = list(
+        LedgerEntry.objects.filter(run_id=run_id)
+        .select_related("approval__decided_by", "approval__policy")
+        .order_by("created_at", "pk")
+    )
+    for entry in entries:
+        if entry.ok:
+            lines.append(describe(entry.tool, entry.arguments) + _decided_how(entry.approval))
+    if not lines and not any(e.is_pending for e in entries):
+        lines.append("No money moved, no email was sent and no order was cancelled.")
+    for entry in entries:
+        approved = entry.approval.preview.splitlines()[0] if entry.approval else entry.tool
+        what = approved.rstrip(".")
+        if entry.is_pending:
+            # Claimed (under the run lock, before any cancel) and sent to another system whose
+            # answer is not recorded yet: it may have happened. Never reported as either.
+            lines.append(
+                f"In flight, not yet confirmed by {entry.adapter}: {what} (claimed under ledger "
+                f"key {entry.key}; its outcome is recorded when {entry.adapter} answers or "
+                "reconciliation finds it)."
+            )
+        elif not entry.ok and entry.adapter != "database":
+            lines.append(f"Approved but not done: {what}. {_first(entry.result)}")
+    for a in (
+        Approval.objects.filter(run_id=run_id)
+        .exclude(status=ApprovalStatus.APPROVED, ledger_entries__isnull=False)
+        .distinct()
+        .order_by("requested_at")
+    ):
+        verb = {
+            # Approved, yet never performed: the run was cancelled (or stopped) before it acted.
+            "approved": "Approved but not performed",
+            "denied": "Declined by a person",
+            "expired": "Expired without a decision",
+            "withdrawn": "Withdrawn when the run was cancelled",
+            "pending": "Never decided",
+        }[a.status]
+        what = a.preview.splitlines()[0].rstrip(".")
+        lines.append(
+            f"{verb}: {what}" + (f" (reason: {a.reason.rstrip('.')})" if a.reason else "") + "."
+        )
+    if inherited:
+        head = [
+            "Inherited from the lineage (already done, not repeated):",
+            *(f"- {describe(e.tool, e.arguments)} (run {e.run_id})" for e in inherited),
+            "New in this run:",
+        ]
+        lines = head + lines
+    return "\n".join(lines)
+
+
+def _first(text: str) -> str:
+    return text.split(". The approval")[0].split("\n")[0][:300].rstrip(".") + "."
+
+
+def run_outcome(run: Run) -> dict[str, Any]:
+    """The outcome as the CLI prints it (``--json``) and the console shows it."""
+    pending = run.approvals.filter(status=ApprovalStatus.PENDING).order_by("requested_at").first()
+    withdrawn = run.approvals.filter(status=ApprovalStatus.WITHDRAWN).order_by("requested_at")
+    refunds = run.refunds.aggregate(t=Sum("amount_cents"))["t"] or 0
+    return {
+        "run_id": str(run.id),
+        "ticket": run.ticket.reference,
+        "status": run.status,
+        "stop_reason": run.stop_reason or None,
+        "stop_detail": run.stop_detail or None,
+        # A model call waiting out a rate limit (429/529 retry-after), and why.
+        "waiting_until": run.waiting_until.isoformat() if run.waiting_until else None,
+        "wait_reason": run.wait_reason or None,
+        "steps": run.steps,
+        "input_tokens": run.input_tokens,
+        "output_tokens": run.output_tokens,
+        "cache_read_tokens": run.cache_read_tokens,
+        "cache_write_tokens": run.cache_write_tokens,
+        "cache_hit_ratio": run.cache_hit_ratio,
+        "cost_micros": run.cost_micros,
+        "refunds_cents": int(refunds),
+        "pending_approval_id": str(pending.id) if pending else None,
+        "pending_approval_preview": pending.preview if pending else None,
+        "withdrawn_approval_ids": [str(a.pk) for a in withdrawn],
+        "provider": run.provider,
+        "model": run.model,
+        "summary": run.summary,
+    }
+
+
+# --- what earlier runs did on a ticket (the console and run_ticket warn before a re-run) ---
+
+
+@dataclasses.dataclass(frozen=True)
+class DoneOnTicket:
+    """One effect earlier runs made on a ticket: a refund or an email, with who made it."""
+
+    what: str  # "refund" | "email"
+    amount_cents: int | None
+    currency: str
+    detail: str
+    run_id: uuid.UUID | None
+    at: dt.datetime
+
+
+def ticket_done(*, ticket: Ticket, limit: int = 50) -> list[DoneOnTicket]:
+    """What was already done on this ticket (refunds its runs made, emails sent on it), oldest first."""
+    refunds = [
+        DoneOnTicket(
+            "refund", r.amount_cents, r.currency, r.order.reference, r.run_id, r.created_at
+        )
+        for r in Refund.objects.filter(merchant_id=ticket.merchant_id, run__ticket=ticket)
+        .select_related("order")
+        .order_by("created_at", "id")[:limit]
+    ]
+    emails = [
+        DoneOnTicket("email", None, "", e.subject, e.run_id, e.sent_at)
+        for e in OutboundEmail.objects.filter(merchant_id=ticket.merchant_id, ticket=ticket)
+        .only("subject", "run_id", "sent_at")
+        .order_by("sent_at", "id")[:limit]
+    ]
+    return sorted(refunds + emails, key=lambda d: d.at)
+
+
+def rerun_needs_confirming(*, ticket: Ticket, done: list[DoneOnTicket]) -> bool:
+    """A resolved ticket, or one earlier runs already acted on, is re-run only on purpose."""
+    return ticket.status == TicketStatus.RESOLVED or bool(done)

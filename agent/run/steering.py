@@ -1,0 +1,134 @@
+"""Staff notes reaching a live run: left by a person, delivered once, recorded when the loop takes them."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from django.db import transaction
+from django.utils import timezone
+
+from agent.models import ACTIVE_STATUSES, Run, Step
+from agent.run import payloads
+from agent.run.payloads import StepKind
+from agent.run.steplog import log_step
+from approvals.models import AuditEvent, Channel, StaffNote
+from deskhand.dbos import client as dbos_client
+from deskhand.desk.permissions import require_actor
+
+log = logging.getLogger(__name__)
+
+
+class SteerRefused(Exception):
+    """The note cannot be left (empty, too long, run ended); the message says why."""
+
+
+def note_send(note: StaffNote) -> None:
+    """Deliver a recorded note to its run (keyed by the note id) and mark it delivered."""
+    dbos_client.send_note(run_id=str(note.run_id), note_id=note.pk)
+    StaffNote.objects.filter(pk=note.pk, delivered_at__isnull=True).update(
+        delivered_at=timezone.now()
+    )
+
+
+def run_steer(*, run: Run, user: Any, body: str, channel: str = Channel.CLI) -> StaffNote:
+    """Leave a note for a live run; the loop hands it to the model at its next turn.
+
+    The note is recorded (with its audit event) before it is sent; the message
+    on the run's "steer" topic carries only the note's id, and the loop reads
+    the note itself from the database, as staff guidance fenced apart from
+    anything the customer wrote. A send that fails leaves ``delivered_at``
+    empty, and the reconciler sends it again (same key: delivered once).
+    """
+    require_actor(user, run.merchant_id, "steer runs")
+    body = body.strip()
+    if not body:
+        raise SteerRefused("a note needs some text.")
+    if len(body) > 4000:
+        raise SteerRefused("a note may be at most 4000 characters.")
+    with transaction.atomic():
+        locked = Run.objects.select_for_update().get(pk=run.pk)
+        if not locked.is_active:
+            raise SteerRefused(
+                f"run {run.id} is already {locked.status}; notes reach only live runs."
+            )
+        note = StaffNote.objects.create(run=locked, author=user, body=body, channel=channel)
+        AuditEvent.objects.create(
+            merchant_id=locked.merchant_id,
+            actor=user,
+            action="run.steer",
+            run=locked,
+            channel=channel,
+            detail={"note": note.pk, "body": body},
+        )
+    try:
+        note_send(note)
+    except Exception:  # the note is recorded; the reconciler re-sends it with the same key
+        log.exception("sending staff note %s failed; the reconciler will retry", note.pk)
+    note.refresh_from_db(fields=["delivered_at"])
+    return note
+
+
+def notes_record(run_id: str, seq: int, messages: list[Any]) -> list[dict[str, Any]]:
+    """Turn pending steer messages (note ids) into the notes the model will read.
+
+    On a run being cancelled (or ended) nobody will read them: nothing is written
+    (the row would take the cancel's number) and the loop stops at its bounds check.
+    """
+    with transaction.atomic():
+        status = Run.objects.select_for_update().values_list("status", flat=True).get(pk=run_id)
+        if status not in ACTIVE_STATUSES:
+            return []
+        ids = [
+            int(m["note_id"])
+            for m in messages
+            if isinstance(m, dict) and isinstance(m.get("note_id"), int)
+        ]
+        notes = list(StaffNote.objects.filter(pk__in=ids, run_id=run_id).order_by("created_at"))
+        out = [{"author": n.author_name, "body": n.body} for n in notes]
+        if out:
+            log_step(run_id=run_id, seq=seq, kind=StepKind.NOTE, result={"notes": out})
+    return out
+
+
+def _recorded_notes(run_id: str, seq: int) -> list[dict[str, Any]] | None:
+    """The notes a NOTE row at ``seq`` already handed over — this run's, or for a fork replaying
+    a turn before its fork point, the parent's (``None`` when there is no such row)."""
+    run = Run.objects.only("forked_from_id", "fork_step").get(pk=run_id)
+    while run.forked_from_id is not None and run.fork_step and seq < run.fork_step:
+        run = Run.objects.only("forked_from_id", "fork_step").get(pk=run.forked_from_id)
+    step = Step.objects.filter(run=run, seq=seq, kind=StepKind.NOTE).first()
+    if step is None:
+        return None
+    notes = payloads.read_as(step, payloads.NotePayload).notes
+    return [{"author": n.author, "body": n.body} for n in notes]
+
+
+def notes_take(run_id: str, seq: int) -> dict[str, Any]:
+    """Inside the model step: take the notes left since the last turn, recorded at ``seq``.
+
+    Runs that took the ``one-step-turns`` patch read notes from the ``StaffNote`` table here
+    instead of draining DBOS messages in the workflow (two operations a turn saved). A note
+    is taken once: it is stamped with the seq of the NOTE row that records it, in that row's
+    transaction. A re-executed step (a retry, a recovery, a fork re-asking the model from
+    this turn) finds the row at ``seq`` and hands over the same notes again, so the
+    conversation it sends is the one recorded. ``next_seq`` is where the model's row goes.
+    """
+    recorded = _recorded_notes(run_id, seq)
+    if recorded is not None:
+        return {"notes": recorded, "next_seq": seq + 1}
+    with transaction.atomic():
+        status = Run.objects.select_for_update().values_list("status", flat=True).get(pk=run_id)
+        if status not in ACTIVE_STATUSES:
+            return {"notes": [], "next_seq": seq}  # nobody will read them; bounds end the run
+        notes = list(
+            StaffNote.objects.select_for_update()
+            .filter(run_id=run_id, taken_seq__isnull=True)
+            .order_by("created_at", "pk")
+        )
+        if not notes:
+            return {"notes": [], "next_seq": seq}
+        out = [{"author": n.author_name, "body": n.body} for n in notes]
+        log_step(run_id=run_id, seq=seq, kind=StepKind.NOTE, result={"notes": out})
+        StaffNote.objects.filter(pk__in=[n.pk for n in notes]).update(taken_seq=seq)
+    return {"notes": out, "next_seq": seq + 1}

@@ -1,0 +1,208 @@
+"""Writing the step log: the audit trail and the live feed are the same rows.
+
+``log_step`` is the one writer, and the boundary where a step's typed payload
+(``agent.run.payloads``) becomes the row's JSON. Its rules, in order, all under a
+lock on the run's row:
+
+* **Same call, same row.** ``seq`` comes from the loop's deterministic count,
+  so a step that re-executes after a crash lands on the row it wrote before.
+  That row must be the same call — same kind, tool, tool call id and
+  ``args_hash`` (``call_hash``) — and then its accounting is *added* (a
+  retried model call was paid for twice, and the log must say so) while the
+  result becomes the latest attempt's (the one the workflow checkpointed and
+  goes on from). Anything else at that ``seq`` raises ``StepConflict``: a row
+  is never overwritten by another call. Rows written before ``args_hash`` was
+  recorded are matched on kind, tool and call id, then given their hash.
+* **Late rows.** A run closed from outside (a person cancelled it while a
+  model call or an effect was in flight) took ``max(seq) + 1`` for its closing
+  row, under this same lock — which may be the ``seq`` a step in flight was
+  about to write. A step finishing on a terminal (or cancelling) run is
+  therefore appended past the closing row, at ``max(seq) + 1``, flagged
+  ``late`` in its payload: its cost is counted and nothing is overwritten. If
+  that same step re-executes, it finds its own late row (by identity) instead
+  of appending twice.
+* The closing write itself says so (``closing=True``: ``agent.run.services.run_close``),
+  and so is written at the ``seq`` it chose. An undo is a person's act on a
+  finished run, never late.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from typing import Any
+
+from django.db import connection, transaction
+from django.db.models import F, Max
+
+from agent.conversation.untrusted import storable
+from agent.models import Run, Step
+from agent.run import payloads
+from agent.run.payloads import StepKind
+from agent.runtime import current_step_id
+from agent.tools.registry import args_hash
+from deskhand import events
+
+
+class StepConflict(Exception):
+    """A step tried to write a row that another call already wrote."""
+
+
+def call_hash(kind: str, tool: str, arguments: Mapping[str, Any]) -> str:
+    """What identifies a step's call beyond kind, tool and call id: a hash of its arguments.
+
+    For a tool or approval step it equals the approval's and the ledger's ``args_hash``. A model
+    step's arguments say what it was sent; its prompt hash is left out, because a re-execution
+    after a deploy may carry a new prompt and is still the same call.
+    """
+    args = dict(arguments)
+    if kind == StepKind.MODEL:
+        args.pop("prompt_sha256", None)
+    return args_hash(tool, args)
+
+
+def _describe(kind: str, tool: str, tool_call_id: str) -> str:
+    return " ".join(x for x in (kind, tool, f"call {tool_call_id}" if tool_call_id else "") if x)
+
+
+def _same_call(step: Step, kind: str, tool: str, tool_call_id: str, digest: str) -> bool:
+    if (step.kind, step.tool, step.tool_call_id) != (kind, tool, tool_call_id):
+        return False
+    return not step.args_hash or step.args_hash == digest
+
+
+def log_step(
+    *,
+    run_id: str,
+    seq: int,
+    kind: str,
+    tool: str = "",
+    tool_call_id: str = "",
+    risk: str = "",
+    arguments: dict[str, Any] | None = None,
+    result: payloads.Payload | Mapping[str, Any] | None = None,
+    ok: bool = True,
+    input_tokens: int = 0,
+    output_tokens: int = 0,
+    cache_read_tokens: int = 0,
+    cache_write_tokens: int = 0,
+    cost_micros: int = 0,
+    latency_ms: int = 0,
+    replayed: bool = False,
+    inverse: dict[str, Any] | None = None,
+    closing: bool = False,
+    prompt_version: str = "",
+) -> Step:
+    """Record one step and fold its accounting into the run's totals, atomically.
+
+    ``result`` is the step's payload (a dict is parsed into the kind's payload type).
+    ``closing``: this row is the one that closes the run. Raises ``StepConflict`` when another
+    call already holds ``seq``. ``prompt_version``: a model step's prompt version, recorded
+    on the run in this same transaction.
+    """
+    arguments = storable(arguments or {})
+    payload = payloads.of_kind(kind, result)
+    digest = call_hash(kind, tool, arguments)
+    with transaction.atomic():
+        run = Run.objects.select_for_update().only("status").get(pk=run_id)
+        late = (
+            not closing
+            and kind != StepKind.UNDO
+            # A run being cancelled counts as closed: its workflow may still act, its work is over.
+            and not run.is_active
+        )
+        step = Step.objects.select_for_update().filter(run_id=run_id, seq=seq).first()
+        if step is not None and not _same_call(step, kind, tool, tool_call_id, digest):
+            if not late:
+                raise StepConflict(
+                    f"run {run_id} step {seq} is already {_describe(step.kind, step.tool, step.tool_call_id)}; "
+                    f"refusing to overwrite it with {_describe(kind, tool, tool_call_id)}"
+                    + (" (other arguments)" if step.kind == kind and step.tool == tool else "")
+                )
+            step = None  # the closing row took this seq: this step's own row is a late one
+        if step is None and late:
+            step = (
+                Step.objects.select_for_update()
+                .filter(payloads.late_rows(), run_id=run_id, kind=kind, tool=tool)
+                .filter(tool_call_id=tool_call_id, args_hash=digest)
+                .order_by("seq")
+                .first()
+            )
+            if step is None:
+                last = Step.objects.filter(run_id=run_id).aggregate(m=Max("seq"))["m"] or 0
+                seq = last + 1
+            else:
+                seq = step.seq
+            payload = dataclasses.replace(payload, late=True)
+        stored = storable(payloads.to_json(payload))
+        created = step is None
+        if step is None:
+            step = Step.objects.create(
+                run_id=run_id,
+                seq=seq,
+                function_id=current_step_id.get(),
+                kind=kind,
+                tool=tool,
+                tool_call_id=tool_call_id,
+                risk=risk,
+                arguments=arguments,
+                args_hash=digest,
+                result=stored,
+                ok=ok,
+                input_tokens=input_tokens,
+                output_tokens=output_tokens,
+                cache_read_tokens=cache_read_tokens,
+                cache_write_tokens=cache_write_tokens,
+                cost_micros=cost_micros,
+                latency_ms=latency_ms,
+                replayed=replayed,
+                inverse=inverse,
+            )
+        else:
+            # The same call again: add what it cost; keep what it finally returned.
+            step.function_id = current_step_id.get()
+            step.risk, step.arguments, step.args_hash = risk, arguments, digest
+            step.result, step.ok = stored, ok
+            step.input_tokens += input_tokens
+            step.output_tokens += output_tokens
+            step.cache_read_tokens += cache_read_tokens
+            step.cache_write_tokens += cache_write_tokens
+            step.cost_micros += cost_micros
+            step.latency_ms = latency_ms
+            step.replayed = step.replayed or replayed
+            step.inverse = inverse
+            step.attempts += 1
+            step.save()
+        versioned = {"prompt_version_id": prompt_version} if prompt_version else {}
+        Run.objects.filter(pk=run_id).update(
+            **versioned,
+            steps=F("steps") + (1 if created else 0),
+            input_tokens=F("input_tokens") + input_tokens,
+            output_tokens=F("output_tokens") + output_tokens,
+            cache_read_tokens=F("cache_read_tokens") + cache_read_tokens,
+            cache_write_tokens=F("cache_write_tokens") + cache_write_tokens,
+            cost_micros=F("cost_micros") + cost_micros,
+        )
+        notify_step(run_id, step.seq)
+        events.emit(
+            "run.step",
+            run_id=run_id,
+            seq=step.seq,
+            kind=kind,
+            tool=tool or None,
+            ok=ok,
+            attempt=step.attempts,
+            late=payload.late,
+            replayed=replayed,
+            latency_ms=latency_ms,
+            input_tokens=input_tokens,
+            output_tokens=output_tokens,
+            cost_micros=cost_micros,
+        )
+    return step
+
+
+def notify_step(run_id: str, seq: int) -> None:
+    """Tell live pages a step committed (Postgres NOTIFY is delivered on commit)."""
+    with connection.cursor() as cur:
+        cur.execute("SELECT pg_notify('deskhand_steps', %s)", [f"{run_id}:{seq}"])

@@ -1,0 +1,187 @@
+"""One model turn as one step: call the provider, then record what it cost.
+
+The provider is called outside any database transaction; its reply is
+written to the step log (tokens and cost added to the run) in one short
+transaction afterwards. The reply is the step's checkpointed output, so a
+resumed run never calls — or pays for — a completed turn again.
+
+A call that produced no reply (``ProviderError``: a permanent API error, or the
+provider's own retries spent) is not raised out of the step: it is returned as
+``{"provider_error": ...}`` so its cause survives the checkpoint (a replayed
+exception would come back as a generic portable error) and the loop ends the run
+``failed`` / ``provider_error`` with it. The workflow never retries this step;
+the provider is the one retry layer.
+
+The reply is untrusted input: ``agent.conversation.untrusted.reply_content`` makes it safe (NUL
+replaced, blank or broken blocks dropped, tool-call ids the API would refuse replaced)
+before the step log, the loop or any later table sees it.
+
+**Waits are the workflow's.** On runs that took the ``model-calls-rate-limited`` patch the
+loop passes ``spent`` and the provider hands back a wait the API names (``retry-after`` on
+a 429/529) instead of sleeping it: the step returns ``{"wait": {"seconds", "reason",
+"until", "attempts", "waited"}}``, having written ``Run.waiting_until`` / ``wait_reason``
+for the run page; the loop sleeps durably and calls again. The call that goes ahead clears
+them. Attempts and waiting add up across those calls, against the provider's one
+``RetryPolicy`` (docs/rate-limits.md).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import time
+from typing import Any
+
+from django.utils import timezone
+
+from agent.conversation import prompt_versions
+from agent.conversation.live import messages_sha256, prompt_sha256, with_guidance
+from agent.conversation.prompts import system_prompt
+from agent.conversation.untrusted import ids_used, reply_content, storable
+from agent.models import Run
+from agent.providers import provider_for_run
+from agent.providers.base import ProviderError, return_waits
+from agent.run import faults
+from agent.run.bounds import bounds_step
+from agent.run.payloads import ModelPayload, StepKind
+from agent.run.steering import notes_take
+from agent.run.steplog import log_step
+from agent.tools import api_schemas
+
+
+def model_turn(
+    run_id: str,
+    seq: int,
+    messages: list[dict[str, Any]],
+    fence_token: str,
+    spent: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """One call. ``spent`` (``{"attempts": n, "waited": s}``, the calls and durable sleeps
+    this turn already used) says the workflow sleeps the API's waits itself: a wait it asks
+    for is returned as ``{"wait": ...}`` while the retry policy allows it (module docstring)."""
+    run = Run.objects.only("provider", "model", "waiting_until").get(pk=run_id)
+    if run.waiting_until is not None:  # the wait is over: the call proceeds
+        Run.objects.filter(pk=run_id).update(waiting_until=None, wait_reason="")
+    provider = provider_for_run(run_id, run.provider, run.model)
+    started = time.monotonic()
+    faults.before_model(run_id)
+    # An empty token: the run's fence token is in its opening turn, not the system prompt.
+    system, tools = system_prompt(fence_token or None), api_schemas()
+    token = return_waits.set(spent is not None)
+    try:
+        reply = provider.complete(system=system, messages=messages, tools=tools)
+    except ProviderError as exc:
+        wait = _durable_wait(run_id, run.provider, provider, exc, spent)
+        if wait is not None:
+            return {"wait": wait}
+        return {
+            "provider_error": storable(str(exc))[:2000],
+            "kind": exc.kind,
+            "transient": exc.transient,
+            "attempts": exc.attempts + (spent or {}).get("attempts", 0),
+        }
+    finally:
+        return_waits.reset(token)
+    reply = faults.after_model(run_id, reply)
+    # Untrusted input (agent.conversation.untrusted): made safe before the row, the checkpoint or the loop.
+    content, replaced = reply_content(reply.content, used=ids_used(messages), seq=seq)
+    stop = reply.stop_reason if isinstance(reply.stop_reason, str) else ""
+    reply = dataclasses.replace(reply, content=content, stop_reason=storable(stop)[:64])
+    latency_ms = int((time.monotonic() - started) * 1000)
+    # Which prompt and tool set this call was sent, so a replay can tell if they changed.
+    prompt_digest = prompt_sha256(system, tools)
+    # And which prompt version (taken without the fence token), stored once per version.
+    version = prompt_versions.record(system, tools, fence_token)
+    sent = {
+        "message_count": len(messages),
+        "prompt_sha256": prompt_digest,
+        # And which conversation: a re-execution of this step must be sent the same one.
+        "messages_sha256": messages_sha256(messages),
+    }
+    log_step(
+        run_id=run_id,
+        seq=seq,
+        kind=StepKind.MODEL,
+        arguments=sent,
+        result=ModelPayload(
+            content=reply.content,
+            stop_reason=reply.stop_reason,
+            provider=reply.provider,
+            model=reply.model,
+            message_count=len(messages),
+            prompt_sha256=prompt_digest,
+            prompt_version=version,
+            replaced_ids=replaced,
+        ),
+        input_tokens=reply.input_tokens,
+        output_tokens=reply.output_tokens,
+        cache_read_tokens=reply.cache_read_tokens,
+        cache_write_tokens=reply.cache_write_tokens,
+        cost_micros=reply.cost_micros,
+        latency_ms=reply.latency_ms or latency_ms,
+        prompt_version=version,
+    )
+    return reply.to_dict()
+
+
+def _durable_wait(
+    run_id: str, name: str, provider: Any, exc: ProviderError, spent: dict[str, Any] | None
+) -> dict[str, Any] | None:
+    """The wait the workflow should sleep before calling again, recorded on the run; or None
+    when the call is to fail now (no wait named, or the retry policy is spent)."""
+    policy = getattr(provider, "retry", None)
+    if spent is None or policy is None or not exc.transient or exc.retry_after is None:
+        return None
+    attempts = spent.get("attempts", 0) + exc.attempts
+    waited = float(spent.get("waited", 0.0))
+    seconds = round(exc.retry_after, 3)
+    if attempts >= policy.max_attempts or waited + seconds > policy.budget_seconds:
+        return None
+    why = "rate limited" if exc.status == 429 else exc.kind.replace("_", " ")
+    reason = f"{why} by {name}: retry after {seconds:g} s"
+    until = timezone.now() + dt.timedelta(seconds=seconds)
+    Run.objects.filter(pk=run_id).update(waiting_until=until, wait_reason=reason[:200])
+    return {
+        "seconds": seconds,
+        "reason": reason,
+        "until": until.isoformat(),
+        "attempts": attempts,
+        "waited": waited + seconds,
+    }
+
+
+def turn(
+    run_id: str,
+    seq: int,
+    messages: list[dict[str, Any]],
+    system_token: str,
+    fence_token: str,
+    spent: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """A whole model turn as one durable step: staff notes, the bounds check, the call.
+
+    Runs that took the ``one-step-turns`` patch make this one DBOS operation per turn where
+    the older sequence made four (a ``DBOS.recv`` and its ``DBOS.sleep`` to drain notes,
+    ``bounds.check``, ``model``). Each part is safe to run again: notes are taken once and a
+    re-execution gets the recorded ones back (``agent.run.steering.notes_take``), the bounds
+    check only reads, and the call is the model step as before. Notes join the messages
+    here exactly as the loop then joins them to its own conversation (``with_guidance``).
+
+    Output: ``notes`` taken, ``next_seq`` (where the loop's next row goes), ``bounds`` (a
+    hit ends the run before any call; else ``steps_left``) and, unless a bound was hit,
+    ``reply`` — the model step's own output (a reply, ``provider_error`` or ``wait``).
+    """
+    taken = notes_take(run_id, seq)
+    out: dict[str, Any] = {"notes": taken["notes"], "next_seq": taken["next_seq"]}
+    out["bounds"] = bounds_step(run_id)
+    if out["bounds"].get("reason"):
+        return out
+    sent = with_guidance(messages, taken["notes"], fence_token)
+    out["reply"] = model_turn(run_id, taken["next_seq"], sent, system_token, spent)
+    out["next_seq"] = taken["next_seq"] + (0 if _no_row(out["reply"]) else 1)
+    return out
+
+
+def _no_row(reply: dict[str, Any]) -> bool:
+    """A call that wrote no step row (no reply, or a wait to sleep first)."""
+    return "provider_error" in reply or "wait" in reply

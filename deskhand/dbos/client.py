@@ -1,0 +1,389 @@
+"""The client side of DBOS: everything web, CLI and the reconciler say to it.
+
+Web and CLI processes never launch an executor: they enqueue, cancel, fork and send
+through a ``DBOSClient`` on the Django database, and ask DBOS's tables the questions the
+reconciler and health need. This is the lower of ``deskhand.dbos``'s two layers: apps
+(``agent``, ``approvals``) import it; it imports no app and not the engine above it,
+which runs workflows in a worker (``deskhand.dbos.engine``) and shares the URL rules here.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import sqlalchemy as sa
+import yaml
+from django.conf import settings
+from django.db import connections
+
+from deskhand.dbos.names import QUEUE_CHANNEL, RUN_WORKFLOW, STEER_TOPIC, approval_topic
+
+if TYPE_CHECKING:
+    from dbos import DBOSClient
+
+CONFIG_FILE = Path(settings.BASE_DIR) / "dbos-config.yaml"
+
+# DBOS workflow states in which a workflow can still execute steps.
+ACTIVE_WORKFLOW_STATES = ("PENDING", "ENQUEUED")
+
+
+class DBOSSetupError(RuntimeError):
+    pass
+
+
+# --- where DBOS lives -------------------------------------------------------------
+
+
+def app_name() -> str:
+    data = yaml.safe_load(CONFIG_FILE.read_text())
+    return str(data["name"])
+
+
+def database_url(alias: str = "default") -> str:
+    """A SQLAlchemy URL for the Django database (read at call time: tests switch to test_*).
+
+    The connection options Django passes to libpq (``OPTIONS``, filled from the query of
+    ``DATABASE_URL``: sslmode, connect_timeout, application_name, options,
+    target_session_attrs, …) travel in the URL's query, so DBOS connects as Django does;
+    only ``application_name`` is DBOS's own on its pools (``dbos_transact``, ``…_client``).
+    """
+    # Keys of OPTIONS that Django consumes itself and never hands to libpq.
+    django_only = {
+        "assume_role",
+        "context",
+        "cursor_factory",
+        "isolation_level",
+        "pool",
+        "prepare_threshold",
+        "server_side_binding",
+    }
+    sd = connections[alias].settings_dict
+    query: dict[str, str | tuple[str, ...]] = {}
+    for key, value in (sd.get("OPTIONS") or {}).items():
+        if key in django_only or value is None:
+            continue
+        values = value if isinstance(value, list | tuple) else [value]
+        # dj_database_url turns "true"/"5" into True/5; libpq wants the text back.
+        texts = tuple(str(v).lower() if isinstance(v, bool) else str(v) for v in values)
+        query[key] = texts[0] if len(texts) == 1 else texts
+    host = sd.get("HOST") or ""
+    url_host: str | None = host or None
+    if host.startswith("/"):
+        query["host"] = host
+        url_host = None
+    url = sa.URL.create(
+        "postgresql+psycopg",
+        username=sd.get("USER") or None,
+        password=sd.get("PASSWORD") or None,
+        host=url_host,
+        port=int(sd["PORT"]) if sd.get("PORT") else None,
+        database=sd["NAME"],
+        query=query,
+    )
+    return url.render_as_string(hide_password=False)
+
+
+def check_system_database(url: str, alias: str = "default") -> None:
+    """Refuse to run unless DBOS's system database is the Django database.
+
+    Connects with ``url`` and through Django, and compares what each connection is
+    connected to: the database, the server's port and start time and, when the role may
+    read it, the cluster's system identifier. Django connects first, which also starts
+    the embedded Postgres when DBOS is the first in a process to need it (the worker).
+    """
+    if not url.startswith("postgresql"):
+        raise DBOSSetupError(
+            f"DBOS system database must be the Django Postgres database, not {url!r}"
+        )
+    identity = (
+        "SELECT current_database(), current_setting('port'), pg_postmaster_start_time(),"
+        " has_function_privilege('pg_control_system()', 'EXECUTE')"
+    )
+    cluster = "SELECT system_identifier FROM pg_control_system()"
+
+    with connections[alias].cursor() as cur:
+        cur.execute(identity)
+        django_db, django_port, django_started, readable = cur.fetchone()
+        django_cluster = None
+        if readable:
+            cur.execute(cluster)
+            django_cluster = cur.fetchone()[0]
+
+    engine = sa.create_engine(url, poolclass=sa.pool.NullPool)
+    try:
+        with engine.connect() as conn:
+            dbos_db, dbos_port, dbos_started, readable = conn.execute(sa.text(identity)).one()
+            dbos_cluster = conn.execute(sa.text(cluster)).scalar() if readable else None
+    except sa.exc.DBAPIError as exc:
+        raise DBOSSetupError(
+            f"DBOS cannot connect to its system database: {exc.orig or exc}"
+        ) from exc
+    finally:
+        engine.dispose()
+
+    same_server = (dbos_port, dbos_started) == (django_port, django_started) and (
+        dbos_cluster is None or django_cluster is None or dbos_cluster == django_cluster
+    )
+    if dbos_db != django_db or not same_server:
+        raise DBOSSetupError(
+            f"DBOS's system database (database {dbos_db!r} on the server on port {dbos_port},"
+            f" up since {dbos_started:%Y-%m-%d %H:%M:%S}) is not the database Django uses"
+            f" (database {django_db!r} on port {django_port}, up since"
+            f" {django_started:%Y-%m-%d %H:%M:%S}): DBOS must keep its tables in the"
+            " Django database."
+        )
+
+
+# --- the client -------------------------------------------------------------------
+
+_client_lock = threading.Lock()
+_clients: dict[str, DBOSClient] = {}
+
+
+def client() -> DBOSClient:
+    """The DBOS client for web and CLI processes: enqueue, send, cancel; never execute."""
+    # Imported here: loading DBOS (about a second) is for processes that talk to it.
+    from dbos import DBOSClient, DBOSPortableJSONSerializer
+
+    url = database_url()
+    with _client_lock:
+        if url not in _clients:
+            check_system_database(url)  # once per client: it opens a connection each way
+            _clients[url] = DBOSClient(
+                system_database_url=url,
+                serializer=DBOSPortableJSONSerializer(),
+                application_name=app_name(),
+                system_database_pool_size=4,
+            )
+        return _clients[url]
+
+
+def close_clients() -> None:
+    """Release client connections (tests must, or the test database cannot be dropped)."""
+    with _client_lock:
+        for c in _clients.values():
+            c.destroy()
+        _clients.clear()
+
+
+# --- what Deskhand asks of DBOS ---------------------------------------------------
+
+
+@dataclass(frozen=True)
+class WorkflowState:
+    """What DBOS says about one workflow."""
+
+    workflow_id: str
+    status: str
+    error: str | None
+
+    @property
+    def active(self) -> bool:
+        """Whether the workflow may still run a step (and so still act)."""
+        return self.status in ACTIVE_WORKFLOW_STATES
+
+
+def notify_queue() -> None:
+    """Tell the workers there is work on the queue (never fails the caller: polling remains)."""
+    try:
+        with connections["default"].cursor() as cur:
+            cur.execute("SELECT pg_notify(%s, '')", [QUEUE_CHANNEL])
+    except Exception:
+        pass
+
+
+def enqueue_run(*, run_id: str, partition_key: str) -> None:
+    """Queue the run's workflow; the run id is the workflow id, the merchant the partition."""
+    client().enqueue(
+        {
+            "workflow_name": RUN_WORKFLOW,
+            "queue_name": settings.DESKHAND_QUEUE,
+            "workflow_id": run_id,
+            "queue_partition_key": partition_key,
+            "app_version": settings.DESKHAND_APP_VERSION,
+        }
+    )
+    notify_queue()
+
+
+def fork_run_workflow(
+    *, source_run_id: str, start_step: int, fork_run_id: str, partition_key: str
+) -> None:
+    """Fork ``source_run_id``'s workflow from DBOS step ``start_step`` as ``fork_run_id``."""
+    from dbos import SetWorkflowID
+
+    with SetWorkflowID(fork_run_id):
+        client().fork_workflow(
+            source_run_id,
+            start_step,
+            application_version=settings.DESKHAND_APP_VERSION,
+            queue_name=settings.DESKHAND_QUEUE,
+            queue_partition_key=partition_key,
+        )
+    notify_queue()
+
+
+def cancel_run_workflow(run_id: str) -> WorkflowState | None:
+    """Cancel the run's workflow and return what DBOS then says about it (``None``: it never existed).
+
+    DBOS's cancel is a no-op for a workflow that is already finished or absent,
+    so the state read back afterwards is the confirmation: a workflow that is
+    not ``active`` can no longer act. Raises whatever the client raises.
+    """
+    # Children too: a model call still waiting for its rate limit (engine.workflow) is not made.
+    client().cancel_workflow(run_id, cancel_children=True)
+    return workflow_states([run_id]).get(run_id)
+
+
+def workflow_states(run_ids: list[str]) -> dict[str, WorkflowState]:
+    """DBOS's view of these workflows, by id (absent ids never existed)."""
+    out: dict[str, WorkflowState] = {}
+    for i in range(0, len(run_ids), 500):
+        chunk = run_ids[i : i + 500]
+        for wf in client().list_workflows(workflow_ids=chunk, load_input=False, load_output=False):
+            error = None if wf.error is None else str(wf.error)
+            out[wf.workflow_id] = WorkflowState(wf.workflow_id, str(wf.status), error)
+    return out
+
+
+# The reconciler's questions, each one query joining a run table with DBOS's own
+# ``workflow_status`` (both live in this database). Asked every few seconds with thousands
+# of runs parked, they must cost what the answer costs, not what the parked runs cost:
+# listing every open run's workflow through the client was O(parked) Python each pass
+# (docs/scaling.md, "Idle cost").
+TROUBLED_WORKFLOW_STATES = ("ERROR", "MAX_RECOVERY_ATTEMPTS_EXCEEDED", "CANCELLED")
+
+
+def troubled_run_workflows(*, run_table: str, run_statuses: list[str]) -> dict[str, WorkflowState]:
+    """Runs in ``run_statuses`` whose workflow DBOS records as failed, out of recovery
+    attempts, or cancelled, by run id."""
+    with connections["default"].cursor() as cur:
+        cur.execute(
+            f'SELECT w.workflow_uuid, w.status, w.error FROM "{run_table}" r'
+            " JOIN dbos.workflow_status w ON w.workflow_uuid = r.id::text"
+            " WHERE r.status = ANY(%s) AND w.status = ANY(%s)",
+            [run_statuses, list(TROUBLED_WORKFLOW_STATES)],
+        )
+        return {
+            wf_id: WorkflowState(wf_id, status, _error_text(error))
+            for wf_id, status, error in cur.fetchall()
+        }
+
+
+def runs_without_workflow(*, run_table: str, status: str, created_before: dt.datetime) -> list[str]:
+    """Runs in ``status`` created before ``created_before`` that have no workflow at all."""
+    with connections["default"].cursor() as cur:
+        cur.execute(
+            f'SELECT r.id::text FROM "{run_table}" r WHERE r.status = %s AND r.created_at < %s'
+            " AND NOT EXISTS (SELECT 1 FROM dbos.workflow_status w"
+            " WHERE w.workflow_uuid = r.id::text)",
+            [status, created_before],
+        )
+        return [r[0] for r in cur.fetchall()]
+
+
+def runs_with_active_workflow(*, run_table: str, status: str) -> list[str]:
+    """Runs in ``status`` whose run workflow DBOS still holds as able to act."""
+    with connections["default"].cursor() as cur:
+        cur.execute(
+            f'SELECT w.workflow_uuid FROM dbos.workflow_status w JOIN "{run_table}" r'
+            " ON r.id::text = w.workflow_uuid"
+            " WHERE w.name = %s AND w.status = ANY(%s) AND r.status = %s",
+            [RUN_WORKFLOW, list(ACTIVE_WORKFLOW_STATES), status],
+        )
+        return [r[0] for r in cur.fetchall()]
+
+
+def active_runs_with_step(step_name: str) -> int:
+    """How many run workflows that can still act have a checkpoint named ``step_name``."""
+    with connections["default"].cursor() as cur:
+        cur.execute(
+            "SELECT count(*) FROM dbos.workflow_status w WHERE w.name = %s"
+            " AND w.status = ANY(%s) AND EXISTS (SELECT 1 FROM dbos.operation_outputs o"
+            " WHERE o.workflow_uuid = w.workflow_uuid AND o.function_name = %s)",
+            [RUN_WORKFLOW, list(ACTIVE_WORKFLOW_STATES), str(step_name)],
+        )
+        return int(cur.fetchone()[0])
+
+
+def _error_text(raw: str | None) -> str | None:
+    """DBOS stores a workflow's error serialized; the reconciler wants a readable line."""
+    if raw is None:
+        return None
+    try:
+        data = json.loads(raw)
+    except ValueError:
+        return raw
+    if isinstance(data, dict):
+        return str(data.get("message") or data.get("name") or raw)
+    return str(data)
+
+
+def workflow_steps(run_id: str) -> list[dict[str, Any]]:
+    """The run workflow's checkpointed steps (``function_id``, ``function_name``, times), in order."""
+    return [dict(s) for s in client().list_workflow_steps(run_id, load_output=False)]
+
+
+def delete_finished_workflows(run_ids: list[str]) -> list[str]:
+    """Delete these workflows' whole DBOS history (status, inputs, outputs, checkpoints,
+    messages, events, streams), their child workflows' with it; return the ids deleted.
+
+    Only finished ones: a workflow DBOS still holds as able to act is left alone (deleting
+    it would strand a live run), and so is an id DBOS does not know.
+    """
+    states = workflow_states(run_ids)
+    done = [wid for wid, state in states.items() if not state.active]
+    for i in range(0, len(done), 500):
+        # Children too: a rate-limited model call's workflow holds the conversation it sent.
+        client().delete_workflows(done[i : i + 500], delete_children=True)
+    return done
+
+
+def delete_workflow_history(
+    names: list[str], finished_before: dt.datetime, limit: int = 5000
+) -> int:
+    """Delete finished workflows of these names (e.g. the scheduled sweeps' firings) that
+    completed before ``finished_before``; return how many."""
+    ids = [
+        wf.workflow_id
+        for wf in client().list_workflows(
+            name=names,
+            status=["SUCCESS", "ERROR", "CANCELLED", "MAX_RECOVERY_ATTEMPTS_EXCEEDED"],
+            completed_before=finished_before.isoformat(),
+            load_input=False,
+            load_output=False,
+            limit=limit,
+        )
+    ]
+    if ids:
+        client().delete_workflows(ids)
+    return len(ids)
+
+
+def send_decision(*, run_id: str, approval_id: str, decision: str) -> None:
+    """Wake the run waiting on this approval; keyed by the approval, so delivered once."""
+    client().send(
+        run_id,
+        {"approval_id": approval_id, "decision": decision},
+        approval_topic(approval_id),
+        idempotency_key=f"decision:{approval_id}",
+    )
+
+
+def send_note(*, run_id: str, note_id: int) -> None:
+    """Hand a staff note's id to the run; keyed by the note, so delivered once."""
+    client().send(run_id, {"note_id": note_id}, STEER_TOPIC, idempotency_key=f"note:{note_id}")
+
+
+def migrate_system_schema(alias: str = "default") -> None:
+    """Create or upgrade DBOS's schema in the Django database (from a Django migration)."""
+    from dbos import DBOS
+
+    url = database_url(alias)
+    check_system_database(url, alias)
+    DBOS.migrate(url)

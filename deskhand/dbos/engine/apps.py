@@ -1,0 +1,15 @@
+from django.apps import AppConfig
+
+
+class EngineConfig(AppConfig):
+    """DBOS's engine: registers the workflows and schedules, owns ``worker`` and ``move_runs``."""
+
+    name = "deskhand.dbos.engine"
+    label = "engine"
+    verbose_name = "Durable engine (DBOS)"
+
+    def ready(self) -> None:
+        # Register the workflows and schedules with DBOS in every process (decorators run
+        # at import), so a worker and the in-process test executor agree on them. Launching
+        # DBOS is the worker's job alone (deskhand.dbos.engine.bootstrap).
+        from deskhand.dbos.engine import schedules, workflow  # noqa: F401
