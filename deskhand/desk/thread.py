@@ -76,7 +76,8 @@ def support_address_primary(merchant_id: int) -> SupportAddress | None:
 
 def reply_token(ticket: Ticket) -> str:
     """The tag of a ticket's reply address: its reference and a MAC only we can make."""
-    mac = salted_hmac(_TOKEN_SALT, f"{ticket.pk}:{ticket.reference.lower()}").hexdigest()[:10]
+    key = f"{ticket.pk}:{ticket.reference.lower()}"
+    mac = salted_hmac(_TOKEN_SALT, key, algorithm="sha256").hexdigest()[:10]
     return f"{ticket.reference.lower()}.{mac}"
 
 
@@ -109,6 +110,19 @@ def message_ids(*headers: str) -> list[str]:
     return found
 
 
+def tickets_by_message_ids(merchant_id: int, ids: list[str]) -> list[Ticket]:
+    """The merchant's tickets whose threads hold these Message-IDs, in the order of ``ids``."""
+    if not ids:
+        return []
+    by_id = {
+        m.message_id: m.ticket
+        for m in TicketMessage.objects.filter(
+            ticket__merchant_id=merchant_id, message_id__in=ids
+        ).select_related("ticket__customer")
+    }
+    return [by_id[mid] for mid in ids if mid in by_id]
+
+
 def ticket_for_reply(
     *,
     merchant_id: int,
@@ -125,16 +139,10 @@ def ticket_for_reply(
     opens a new ticket (empty when it did not look like one).
     """
     sender = sender.strip().lower()
-    candidates: list[tuple[str, Ticket]] = []
-    ids = message_ids(in_reply_to, references)
-    if ids:
-        by_id = {
-            m.message_id: m.ticket
-            for m in TicketMessage.objects.filter(
-                ticket__merchant_id=merchant_id, message_id__in=ids
-            ).select_related("ticket__customer")
-        }
-        candidates += [("headers", by_id[mid]) for mid in ids if mid in by_id]
+    candidates: list[tuple[str, Ticket]] = [
+        ("headers", t)
+        for t in tickets_by_message_ids(merchant_id, message_ids(in_reply_to, references))
+    ]
     if tag:
         ticket = _ticket_for_token(merchant_id, tag)
         if ticket is not None:
