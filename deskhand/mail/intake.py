@@ -116,7 +116,7 @@ def inbound_store(
         merchant_id=address.merchant_id if address else None,
         support_address=address,
         recipient=parse.clean(recipient)[:320],
-        envelope_sender=parse.clean(envelope_sender or "")[:320],
+        envelope_sender=None if envelope_sender is None else parse.clean(envelope_sender)[:320],
         envelope_recipients=[parse.clean(r)[:320] for r in envelope_recipients][:50],
         from_address=from_address[:320],
         subject=parse.header(msg, "Subject")[:300],

@@ -53,7 +53,8 @@ class InboundEmail(models.Model):
     )
     # The address it was routed by, as written (a +tag is a reply token).
     recipient = models.CharField(max_length=320, blank=True, default="")
-    envelope_sender = models.CharField(max_length=320, blank=True, default="")
+    # SMTP's MAIL FROM: "" is the null reverse-path (only bounces use it); None: not given.
+    envelope_sender = models.CharField(max_length=320, null=True, blank=True, default=None)  # noqa: DJ001
     envelope_recipients = ArrayField(models.CharField(max_length=320), default=list, blank=True)
     from_address = models.CharField(max_length=320, blank=True, default="")
     subject = models.CharField(max_length=300, blank=True, default="")

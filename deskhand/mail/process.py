@@ -45,7 +45,6 @@ from deskhand.mail.models import (
     Automated,
     InboundAttachment,
     InboundEmail,
-    InboundSource,
     InboundStatus,
 )
 
@@ -96,9 +95,9 @@ def _attachments(row: InboundEmail, found: list[parse.Attachment]) -> list[Inbou
 
 
 def _thread(row: InboundEmail, merchant: Merchant, msg: EmailMessage) -> None:
-    # Only SMTP tells the null reverse-path (a bounce's) apart from "not given".
-    envelope = row.envelope_sender if row.source == InboundSource.SMTP else None
-    automated = hygiene.automated(msg, from_address=row.from_address, envelope_sender=envelope)
+    automated = hygiene.automated(
+        msg, from_address=row.from_address, envelope_sender=row.envelope_sender
+    )
     row.automated = automated
     in_reply_to = parse.header(msg, "In-Reply-To")
     references = parse.header(msg, "References")

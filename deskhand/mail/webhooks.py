@@ -20,7 +20,11 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from anymail.exceptions import AnymailError, AnymailWebhookValidationFailure
+from anymail.exceptions import (
+    AnymailConfigurationError,
+    AnymailError,
+    AnymailWebhookValidationFailure,
+)
 from anymail.webhooks.mailgun import MailgunInboundWebhookView
 from django.conf import settings
 from django.core.exceptions import RequestDataTooBig
@@ -79,7 +83,7 @@ def mailgun_inbound(request: HttpRequest) -> HttpResponse:
         )
     try:
         events = view.parse_events(request)
-    except (AnymailError, KeyError, ValueError) as exc:
+    except (AnymailConfigurationError, AnymailError, KeyError, ValueError) as exc:
         return _say(
             400, f"This is not a Mailgun inbound post ({type(exc).__name__}); nothing was stored."
         )
@@ -90,7 +94,7 @@ def mailgun_inbound(request: HttpRequest) -> HttpResponse:
         row = inbound_received(
             raw=_raw(request, message),
             source=InboundSource.MAILGUN,
-            envelope_sender=None,
+            envelope_sender=message.envelope_sender,
             envelope_recipients=[r for r in [message.envelope_recipient] if r],
             verdicts=Verdicts(
                 spf=_verdict(message, "X-Mailgun-Spf"),

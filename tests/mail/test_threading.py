@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 
+from django.contrib.auth.models import User
 from django.utils import timezone
 
 from agent.erasure import customer_erase, erasure_for
@@ -13,8 +14,6 @@ from deskhand.mail.intake import inbound_received
 from deskhand.mail.models import InboundAttachment, InboundEmail, InboundStatus
 from deskhand.mail.process import inbound_process
 from tests.mail.conftest import DANA, LUMEN, NORTHWIND, mail
-
-from django.contrib.auth.models import User
 
 
 def receive(raw: bytes, **kwargs) -> InboundEmail:
