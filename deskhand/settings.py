@@ -181,6 +181,8 @@ LOGGING = {
     "loggers": {
         "dbos": {"level": os.environ.get("DBOS_LOG_LEVEL", "WARNING")},
         "httpx": {"level": "WARNING"},
+        # aiosmtpd (the SMTP receiver) logs every connection at INFO.
+        "mail.log": {"level": "WARNING"},
     },
 }
 
