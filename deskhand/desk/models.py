@@ -431,10 +431,6 @@ class TicketMessage(models.Model):
     def __str__(self) -> str:
         return f"{self.kind} message on ticket {self.ticket_id}"
 
-    @property
-    def is_internal(self) -> bool:
-        return self.direction == MessageDirection.INTERNAL
-
 
 class OutboundEmail(models.Model):
     """The outbox of customer emails; a row here is an email that was sent.

@@ -66,11 +66,6 @@ def support_address_find(address: str) -> SupportAddress | None:
     )
 
 
-def support_address_primary(merchant_id: int) -> SupportAddress | None:
-    """The address replies come from (the primary, else the oldest)."""
-    return SupportAddress.objects.filter(merchant_id=merchant_id).order_by("-primary", "id").first()
-
-
 # --- reply tokens ------------------------------------------------------------------
 
 
@@ -260,12 +255,3 @@ def thread_customer_message_add(
             status=TicketStatus.OPEN, updated_at=message.created_at
         )
     return message
-
-
-def thread_of(ticket: Ticket) -> list[TicketMessage]:
-    """The whole thread, oldest first, with who wrote each line and the email it was."""
-    return list(
-        TicketMessage.objects.filter(ticket=ticket)
-        .select_related("author", "email")
-        .order_by("created_at", "id")
-    )

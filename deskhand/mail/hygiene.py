@@ -147,7 +147,7 @@ class _Text(HTMLParser):
     def _newline(self) -> None:
         self.lines.append((self.quote, ""))
 
-    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+    def handle_starttag(self, tag: str, _attrs: list[tuple[str, str | None]]) -> None:
         if tag in _SKIPPED:
             self.skip += 1
         if tag == "blockquote":

@@ -9,15 +9,19 @@ import urllib.error
 import urllib.parse
 import urllib.request
 
+import pytest
+
 from deskhand.desk.models import Ticket, TicketMessage
 from deskhand.mail.intake import inbound_received
 from deskhand.mail.models import InboundEmail, InboundStatus
 from tests.mail.conftest import LUMEN, SIGNING_KEY, mail, mailgun_mime, mailgun_parsed, mailgun_sign
 
+# The server under test holds the signing key the posts are signed with.
+pytestmark = pytest.mark.usefixtures("signing_key")
 URL = "/inbound/mailgun/"
 
 
-def test_a_signed_parsed_post_opens_a_ticket(seeded, signing_key, client):
+def test_a_signed_parsed_post_opens_a_ticket(seeded, client):
     response = client.post(URL, data=mailgun_parsed())
     assert response.status_code == 200, response.content
     row = InboundEmail.objects.get()
@@ -35,7 +39,7 @@ def test_a_signed_parsed_post_opens_a_ticket(seeded, signing_key, client):
     assert row.message_id == "<CAEPk3R+4Zr@mail.example.org>"
 
 
-def test_a_signed_raw_mime_post_is_stored_byte_for_byte(seeded, signing_key, client):
+def test_a_signed_raw_mime_post_is_stored_byte_for_byte(seeded, client):
     raw = mail(to=LUMEN, subject="Warranty question", message_id="<raw-1@example.org>")
     response = client.post(URL + "mime", data=mailgun_mime(raw, recipient=LUMEN))
     assert response.status_code == 200, response.content
@@ -44,9 +48,7 @@ def test_a_signed_raw_mime_post_is_stored_byte_for_byte(seeded, signing_key, cli
     assert Ticket.objects.get(pk=row.ticket_id).reference == "LU-3"
 
 
-def test_a_forged_signature_is_refused_in_a_sentence_and_stores_nothing(
-    seeded, signing_key, client
-):
+def test_a_forged_signature_is_refused_in_a_sentence_and_stores_nothing(seeded, client):
     post = mailgun_parsed()
     post["signature"] = "0" * 64
     response = client.post(URL, data=post)
@@ -60,9 +62,7 @@ def test_a_forged_signature_is_refused_in_a_sentence_and_stores_nothing(
     assert not InboundEmail.objects.exists()
 
 
-def test_a_stale_signature_is_refused_in_a_sentence_and_stores_nothing(
-    seeded, signing_key, client, settings
-):
+def test_a_stale_signature_is_refused_in_a_sentence_and_stores_nothing(seeded, client, settings):
     settings.DESKHAND_INBOUND_WEBHOOK_TOLERANCE_SECONDS = 600
     fields = {
         k: v for k, v in mailgun_parsed().items() if k not in ("timestamp", "token", "signature")
@@ -81,7 +81,7 @@ def test_without_a_signing_key_the_webhook_is_not_there(seeded, settings, client
     assert not InboundEmail.objects.exists()
 
 
-def test_a_tracking_event_posted_to_the_inbound_url_is_a_400_not_a_500(seeded, signing_key, client):
+def test_a_tracking_event_posted_to_the_inbound_url_is_a_400_not_a_500(seeded, client):
     post = mailgun_sign(
         {"event": "delivered", "recipient": "x@example.org", "message-headers": "[]"}
     )
@@ -90,7 +90,7 @@ def test_a_tracking_event_posted_to_the_inbound_url_is_a_400_not_a_500(seeded, s
     assert not InboundEmail.objects.exists()
 
 
-def test_mail_to_no_merchants_address_is_stored_and_answered_406(seeded, signing_key, client):
+def test_mail_to_no_merchants_address_is_stored_and_answered_406(seeded, client):
     response = client.post(URL, data=mailgun_parsed(recipient="nobody@elsewhere.test"))
     assert response.status_code == 406  # Mailgun's "rejected: do not retry"
     assert "no address a merchant here owns" in response.content.decode()
@@ -98,14 +98,14 @@ def test_mail_to_no_merchants_address_is_stored_and_answered_406(seeded, signing
     assert (row.status, row.reason_code) == (InboundStatus.REJECTED, "no_merchant")
 
 
-def test_failing_verdicts_from_mailgun_quarantine_the_message(seeded, signing_key, client):
+def test_failing_verdicts_from_mailgun_quarantine_the_message(seeded, client):
     response = client.post(URL, data=mailgun_parsed(spf="Fail", dkim="Fail"))
     assert response.status_code == 200
     row = InboundEmail.objects.get()
     assert (row.status, row.spf, row.dkim) == (InboundStatus.QUARANTINED, "fail", "fail")
 
 
-def test_the_same_message_by_webhook_and_by_smtp_is_one_message(seeded, signing_key, client):
+def test_the_same_message_by_webhook_and_by_smtp_is_one_message(seeded, client):
     raw = mail(message_id="<both-ways@example.org>")
     inbound_received(raw=raw, source="smtp", envelope_recipients=["support@northwind.test"])
     assert client.post(URL + "mime", data=mailgun_mime(raw)).status_code == 200

@@ -66,7 +66,9 @@ def test_existing_messages_and_emails_become_each_tickets_thread(old_shape):
         body="We refunded 38.00 USD.",
         message_id="<abc.deskhand@northwind.test>",
     )
-    TM.objects.create(ticket=t1, kind="agent", body="Subject: Your refund\n\nWe refunded 38.00 USD.")
+    TM.objects.create(
+        ticket=t1, kind="agent", body="Subject: Your refund\n\nWe refunded 38.00 USD."
+    )
     TM.objects.create(ticket=t1, kind="note", body="Refunded NW-1042 in full.")
     # An email whose thread copy never was written (made by hand, or by an older version).
     bare = E.objects.create(
@@ -79,7 +81,9 @@ def test_existing_messages_and_emails_become_each_tickets_thread(old_shape):
 
     MigrationExecutor(connection).migrate(_latest())
 
-    thread = list(TicketMessage.objects.filter(ticket__reference="NW-1").order_by("created_at", "id"))
+    thread = list(
+        TicketMessage.objects.filter(ticket__reference="NW-1").order_by("created_at", "id")
+    )
     assert [(m.kind, m.channel, m.direction) for m in thread] == [
         ("customer", "email", "in"),
         ("agent", "email", "out"),
@@ -87,15 +91,23 @@ def test_existing_messages_and_emails_become_each_tickets_thread(old_shape):
         ("agent", "email", "out"),
     ]
     customer, reply, note, follow_up = thread
-    assert (customer.from_address, customer.received_at) == ("dana@example.com", customer.created_at)
+    assert (customer.from_address, customer.received_at) == (
+        "dana@example.com",
+        customer.created_at,
+    )
     assert reply.email_id == sent.pk and reply.subject == "Your refund"
-    assert (reply.message_id, reply.to_address) == ("<abc.deskhand@northwind.test>", "dana@example.com")
+    assert (reply.message_id, reply.to_address) == (
+        "<abc.deskhand@northwind.test>",
+        "dana@example.com",
+    )
     assert reply.sent_at == OutboundEmail.objects.get(pk=sent.pk).sent_at
     assert note.from_address == note.to_address == "" and note.email_id is None
     # The email with no copy got one, where it happened and saying what was sent.
     assert follow_up.email_id == bare.pk
     assert follow_up.body == "Subject: Follow-up\n\nAnything else?"
-    assert follow_up.created_at == follow_up.sent_at == OutboundEmail.objects.get(pk=bare.pk).sent_at
+    assert (
+        follow_up.created_at == follow_up.sent_at == OutboundEmail.objects.get(pk=bare.pk).sent_at
+    )
 
     # An erased customer's thread gains no address back.
     lu_thread = TicketMessage.objects.filter(ticket__reference="LU-3")
