@@ -14,6 +14,7 @@ from deskhand.desk.models import (
     OrderItem,
     OutboundEmail,
     Refund,
+    SupportAddress,
     Ticket,
     TicketMessage,
 )
@@ -22,6 +23,13 @@ from deskhand.desk.models import (
 class MembershipInline(AuditInline):
     model = Membership
     fields = ("user", "role")
+
+
+class SupportAddressInline(AuditInline):
+    model = SupportAddress
+    fields = ("address", "primary")
+    readonly_fields = fields
+    show_change_link = False
 
 
 @admin.register(Merchant)
@@ -37,7 +45,7 @@ class MerchantAdmin(AuditAdmin):
         "mail_adapter",
     )
     search_fields = ("name", "slug")
-    inlines = [MembershipInline]
+    inlines = [MembershipInline, SupportAddressInline]
 
     @admin.display(description="daily model spend cap", ordering="daily_spend_cap_micros")
     def daily_spend_cap(self, obj: Merchant) -> str:
@@ -146,7 +154,7 @@ class RefundAdmin(AuditAdmin):
 
 class TicketMessageInline(AuditInline):
     model = TicketMessage
-    fields = ("kind", "author", "body", "run", "created_at")
+    fields = ("kind", "channel", "direction", "author", "from_address", "body", "run", "created_at")
     readonly_fields = fields
     show_change_link = False
 
