@@ -6,13 +6,18 @@ import hashlib
 import hmac
 import json
 import secrets
+import socket
 import time
+from collections.abc import Iterator
 from email.message import EmailMessage
 from email.utils import format_datetime
 from typing import Any
 
 import pytest
+from aiosmtpd.controller import Controller
 from django.utils import timezone
+
+from deskhand.mail.smtp import InboundHandler, smtp_options
 
 # A real key, of the shape Mailgun issues, that the server under test is configured with.
 SIGNING_KEY = "key-" + "3ax6xnjp29jd6fds4gc373sgvjxteol0"[:32]
@@ -124,3 +129,20 @@ def mailgun_mime(
 def signing_key(settings):
     settings.ANYMAIL = {"MAILGUN_WEBHOOK_SIGNING_KEY": SIGNING_KEY}
     return SIGNING_KEY
+
+
+def free_port() -> int:
+    # aiosmtpd probes its own port after binding, so it cannot be handed port 0.
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture
+def receiver(tseeded) -> Iterator[int]:
+    """The SMTP receiver (our aiosmtpd handler) on a loopback port, on the test database."""
+    port = free_port()
+    controller = Controller(InboundHandler(), hostname="127.0.0.1", port=port, **smtp_options())
+    controller.start()
+    yield port
+    controller.stop()

@@ -9,34 +9,15 @@ import smtplib
 import socket
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from aiosmtpd.controller import Controller
 
 from deskhand.desk.models import Ticket, TicketMessage
 from deskhand.mail.models import InboundEmail, InboundStatus
-from deskhand.mail.smtp import InboundHandler, smtp_options
-from tests.mail.conftest import DANA, NORTHWIND, mail
+from tests.mail.conftest import DANA, NORTHWIND, free_port, mail
 
 ROOT = Path(__file__).resolve().parents[2]
-
-
-def free_port() -> int:
-    # aiosmtpd probes its own port after binding, so it cannot be handed port 0.
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-@pytest.fixture
-def receiver(tseeded) -> Iterator[int]:
-    port = free_port()
-    controller = Controller(InboundHandler(), hostname="127.0.0.1", port=port, **smtp_options())
-    controller.start()
-    yield port
-    controller.stop()
 
 
 def send(port: int, raw: bytes, *, to: str = NORTHWIND, sender: str = "sam@example.org") -> None:
