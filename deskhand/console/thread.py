@@ -79,15 +79,20 @@ _BY: dict[str, str] = {
 }
 
 
-def _how(m: TicketMessage) -> str:
-    by = (
-        _BY.get(MessageChannel(m.channel), m.channel)
-        if m.channel in MessageChannel.values
-        else m.channel
-    )
-    if m.direction == MessageDirection.INTERNAL:
+def _direction(m: TicketMessage) -> str:
+    """A customer's line is inbound and a note internal, whatever a bulk copy left."""
+    if m.kind == MessageKind.CUSTOMER:
+        return MessageDirection.INBOUND
+    if m.kind == MessageKind.NOTE:
+        return MessageDirection.INTERNAL
+    return m.direction
+
+
+def _how(m: TicketMessage, direction: str) -> str:
+    by = _BY.get(m.channel, m.channel)
+    if direction == MessageDirection.INTERNAL:
         return "internal note — the customer never sees it"
-    if m.direction == MessageDirection.INBOUND:
+    if direction == MessageDirection.INBOUND:
         return f"wrote {by}"
     return f"told the customer {by}"
 
@@ -112,14 +117,15 @@ def thread_lines(ticket: Ticket) -> list[ThreadLine]:
     for m in messages:
         inbound = getattr(m, "inbound_email", None)
         files = list(inbound.attachments.all()) if inbound is not None else []
+        direction = _direction(m)
         lines.append(
             ThreadLine(
                 message=m,
                 who=_who(m, ticket),
-                how=_how(m),
+                how=_how(m, direction),
                 to=m.to_address,
                 at=m.received_at or m.sent_at or m.created_at,
-                direction=m.direction,
+                direction=direction,
                 automated=Automated(m.automated).label
                 if m.automated in Automated.values[1:]
                 else "",
