@@ -32,14 +32,10 @@ def test_the_demo_prints_the_readmes_one_liner():
 
 def test_the_readmes_one_liners_open_a_ticket_and_thread_the_reply(receiver):
     for marker in ("first", "reply"):
-        command = readme_command(marker).replace("2525", str(receiver))
-        assert command.startswith("python3 -c ")
+        argv = shlex.split(readme_command(marker).replace("2525", str(receiver)))
+        assert argv[:2] == ["python3", "-c"] and len(argv) == 3
         done = subprocess.run(
-            [
-                sys.executable,
-                "-c",
-                eval(command.removeprefix("python3 -c ")),
-            ],  # the shell's quoting
+            [sys.executable, *argv[1:]],
             capture_output=True,
             text=True,
             timeout=60,
