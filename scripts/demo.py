@@ -150,8 +150,7 @@ def main() -> int:
             + (f"  Payments              {payments}\n" if payments else "")
             + f"  Mail in               SMTP on 127.0.0.1:{MAIL_PORT} for support@northwind.test and help@lumen.test;\n"
             "                        send one (README: a reply with In-Reply-To joins the same ticket):\n"
-            f"    {mail_one_liner(MAIL_PORT)}\n"
-            + "  Stop                  Ctrl-C\n",
+            f"    {mail_one_liner(MAIL_PORT)}\n" + "  Stop                  Ctrl-C\n",
             flush=True,
         )
         while all(p.poll() is None for p in procs):
