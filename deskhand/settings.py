@@ -63,6 +63,7 @@ INSTALLED_APPS = [
     "django.contrib.postgres",
     "django_htmx",
     "deskhand.desk",
+    "deskhand.mail",
     "approvals",
     "agent",
     "deskhand.console",
@@ -187,6 +188,8 @@ LOGGING = {
     "loggers": {
         "dbos": {"level": os.environ.get("DBOS_LOG_LEVEL", "WARNING")},
         "httpx": {"level": "WARNING"},
+        # aiosmtpd (the SMTP receiver) logs every connection at INFO.
+        "mail.log": {"level": "WARNING"},
     },
 }
 
@@ -326,6 +329,36 @@ DESKHAND_SCRIPTED_TOKENS = (
     env_int("DESKHAND_SCRIPTED_OUTPUT_TOKENS", 150),
 )
 DESKHAND_SCRIPTED_COST_MICROS = env_int("DESKHAND_SCRIPTED_COST_MICROS", 1000)
+
+# --- Inbound mail (deskhand/mail, docs/inbound-mail.md) --------------------
+# A message larger than this is stored as rejected (its first bytes only) and refused.
+DESKHAND_INBOUND_MAX_BYTES = env_int("DESKHAND_INBOUND_MAX_BYTES", 10 * 1024 * 1024)
+# An attachment's bytes are kept up to this size; a larger one is kept by name, type and size.
+DESKHAND_INBOUND_ATTACHMENT_MAX_BYTES = env_int(
+    "DESKHAND_INBOUND_ATTACHMENT_MAX_BYTES", 5 * 1024 * 1024
+)
+DESKHAND_INBOUND_MAX_ATTACHMENTS = env_int("DESKHAND_INBOUND_MAX_ATTACHMENTS", 20)
+# The authserv-ids (RFC 8601) of the mail servers whose Authentication-Results header is
+# believed, comma-separated (e.g. "mx.example.com"); any other such header is the sender's.
+DESKHAND_INBOUND_AUTHSERV_IDS = [
+    a.strip().lower()
+    for a in os.environ.get("DESKHAND_INBOUND_AUTHSERV_IDS", "").split(",")
+    if a.strip()
+]
+# How old a signed webhook may be (its signed timestamp) before it is refused as stale.
+DESKHAND_INBOUND_WEBHOOK_TOLERANCE_SECONDS = env_int(
+    "DESKHAND_INBOUND_WEBHOOK_TOLERANCE_SECONDS", 15 * 60
+)
+# The raw bytes of a processed message are dropped after this many days (the thread keeps
+# its text); a message no merchant owned is deleted after as long.
+DESKHAND_INBOUND_RAW_RETENTION_DAYS = env_int("DESKHAND_INBOUND_RAW_RETENTION_DAYS", 30)
+# django-anymail: the Mailgun webhook signing key (Mailgun's "HTTP webhook signing key").
+ANYMAIL = {
+    "MAILGUN_WEBHOOK_SIGNING_KEY": os.environ.get("DESKHAND_MAILGUN_WEBHOOK_SIGNING_KEY", ""),
+}
+# A webhook posts the whole message as a form field: room for the largest message we take,
+# base64 and form-encoding included (otherwise Django refuses the post before we see it).
+DATA_UPLOAD_MAX_MEMORY_SIZE = 3 * DESKHAND_INBOUND_MAX_BYTES + 1024 * 1024
 
 # --- Edge: input validation and login protection (deskhand/edge) -----------
 # Failed sign-ins are counted in Postgres (edge.LoginFailure), per user name and client

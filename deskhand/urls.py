@@ -1,4 +1,4 @@
-"""Top-level URLs: sign-in, the console, the audit desk (admin), static files.
+"""Top-level URLs: sign-in, the console, the audit desk (admin), inbound mail, static files.
 
 Static files are served by Django itself (``staticfiles``' finder view) so the
 ASGI process alone — ``python -m uvicorn deskhand.asgi:application`` — is a
@@ -45,6 +45,8 @@ urlpatterns = [
     path("admin/login/", throttled(admin.site.login)),
     path("admin/", admin.site.urls),
     re_path(r"^static/(?P<path>.+)$", static_file),
+    # Mail services' inbound webhooks (signed; CSRF-exempt like any webhook).
+    path("inbound/", include("deskhand.mail.urls")),
     path("", include("deskhand.console.urls")),
 ]
 

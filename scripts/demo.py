@@ -1,8 +1,10 @@
 """`make demo`: the product on one machine — embedded Postgres, a worker, the web console.
 
-Migrates, seeds the demo merchants (once), starts `manage.py worker` and
-uvicorn, prints where to go and how to sign in, and on Ctrl-C stops all of
-it, including the embedded Postgres when this script started it.
+Migrates, seeds the demo merchants (once), starts `manage.py worker`, uvicorn and
+the loopback SMTP receiver (`manage.py mail_receiver`, port 2525 or
+``DESKHAND_MAIL_PORT``), prints where to go, how to sign in and a one-liner that
+mails the demo support address, and on Ctrl-C stops all of it, including the
+embedded Postgres when this script started it.
 
 ``make demo PROVIDER=double`` (``scripts/demo.py --provider double``) runs the
 product on the ``anthropic`` provider without a key or a network: it starts the
@@ -33,6 +35,18 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 PY = sys.executable
 PORT = int(os.environ.get("DESKHAND_PORT", "8000"))
+MAIL_PORT = int(os.environ.get("DESKHAND_MAIL_PORT", "2525"))
+
+
+def mail_one_liner(port: int) -> str:
+    """A command a new user can paste: a customer's first email to Northwind's support address."""
+    return (
+        'python3 -c "import smtplib; from email.message import EmailMessage; m = EmailMessage(); '
+        "m['From'] = 'Sam Rivera <sam@example.org>'; m['To'] = 'support@northwind.test'; "
+        "m['Subject'] = 'My beans never came'; m['Message-ID'] = '<demo-1@example.org>'; "
+        "m.set_content('Hello, my order has not arrived yet.'); "
+        f"smtplib.SMTP('127.0.0.1', {port}).send_message(m)\""
+    )
 
 
 def manage(*args: str) -> None:
@@ -105,6 +119,7 @@ def main() -> int:
                 env={"DESKHAND_CONN_MAX_AGE": os.environ.get("DESKHAND_CONN_MAX_AGE", "60")},
             )
         )
+        procs.append(serve("manage.py", "mail_receiver", "--port", str(MAIL_PORT)))
         procs.append(
             serve(
                 "-m",
@@ -133,7 +148,9 @@ def main() -> int:
             f"  Model                 {model}\n"
             f"  CLI                   {cli}\n"
             + (f"  Payments              {payments}\n" if payments else "")
-            + "  Stop                  Ctrl-C\n",
+            + f"  Mail in               SMTP on 127.0.0.1:{MAIL_PORT} for support@northwind.test and help@lumen.test;\n"
+            "                        send one (README: a reply with In-Reply-To joins the same ticket):\n"
+            f"    {mail_one_liner(MAIL_PORT)}\n" + "  Stop                  Ctrl-C\n",
             flush=True,
         )
         while all(p.poll() is None for p in procs):

@@ -106,6 +106,7 @@ def one_run(timeout: float) -> dict[str, object]:
     env.update(
         DESKHAND_DATA_DIR=str(data_dir),
         DESKHAND_PORT=str(port),
+        DESKHAND_MAIL_PORT=str(free_port()),  # the demo's SMTP receiver, off any running demo's
         DESKHAND_EXECUTOR_ID=f"demo-check-{os.getpid()}-{port}",
         PYTHONUNBUFFERED="1",
     )

@@ -222,3 +222,19 @@ _.pytest_sessionstart
 _.pytest_sessionfinish
 _.exitstatus
 _.redirect_request  # urllib's HTTPRedirectHandler hook (the throttle test follows no redirect)
+
+# --- added with the ticket thread and inbound mail (issue 27, phase 1) -------------------
+_.MailConfig  # apps.py: Django picks the AppConfig subclass of each app
+_.STAFF  # MessageKind member: a staff reply (the console's reply box, phase 2) writes it
+_.primary  # SupportAddress column: one per merchant (a constraint); replies come from it
+_.processed_at  # InboundEmail column: when it was decided, shown to people (admin)
+# Merchant conversation settings: the reply/wait half of issue 27 reads them.
+_.reply_window_seconds
+_.reply_reminder
+_.max_customer_messages_per_day
+_.DATA_UPLOAD_MAX_MEMORY_SIZE  # settings Django reads by name
+_.handle_starttag  # html.parser.HTMLParser hooks, called by name
+_.handle_endtag
+_.internal  # ThreadLine properties the ticket template reads
+_.from_customer
+_.signing_key  # tests/mail fixture requested by name

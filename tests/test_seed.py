@@ -219,9 +219,14 @@ def test_the_auditor_can_view_the_audit_trail_and_change_nothing(seeded):
     )
     assert not auditor.memberships.exists()
     perms = auditor.get_all_permissions()
-    assert {"desk.view_refund", "agent.view_ledgerentry", "approvals.view_approval"} <= perms
+    assert {
+        "desk.view_refund",
+        "mail.view_inboundemail",
+        "agent.view_ledgerentry",
+        "approvals.view_approval",
+    } <= perms
     assert all(p.split(".")[1].startswith("view_") for p in perms)
-    assert {p.split(".")[0] for p in perms} == {"desk", "agent", "approvals"}
+    assert {p.split(".")[0] for p in perms} == {"desk", "mail", "agent", "approvals"}
     assert not auditor.has_perm("desk.change_refund")
     assert authenticate(username="auditor@deskhand.test", password="demo-password-123") == auditor
 
@@ -232,3 +237,22 @@ def test_a_partly_seeded_database_is_not_patched_over(seeded, slug):
     Merchant.objects.filter(slug=slug).delete()
     with pytest.raises(CommandError, match="seed --reset"):
         call_command("seed", verbosity=0)
+
+
+def test_each_merchant_has_its_support_address_and_no_other_may_take_it(seeded):
+    from django.db import IntegrityError, transaction
+
+    from deskhand.desk.models import SupportAddress
+
+    assert set(SupportAddress.objects.values_list("merchant__slug", "address", "primary")) == {
+        ("northwind", "support@northwind.test", True),
+        ("lumen", "help@lumen.test", True),
+    }
+    assert dict(Merchant.objects.values_list("slug", "ticket_prefix")) == {
+        "northwind": "NW",
+        "lumen": "LU",
+    }
+    lumen = Merchant.objects.get(slug="lumen")
+    with pytest.raises(IntegrityError), transaction.atomic():
+        SupportAddress.objects.create(merchant=lumen, address="Support@NorthWind.test")
+    assert lumen.reply_window_seconds == 72 * 3600

@@ -12,7 +12,9 @@ run in flight (cancel it first). ``Erasure.counts`` says what would change (the
    leave checkpoints behind with no way left to find them by the address;
 2. each run is redacted (``agent.privacy.redaction``, marker ``[erased]``), its ledger's
    words included — amounts, orders, keys, hashes and approvers stay;
-3. the desk's rows are pseudonymised (``deskhand.desk.customer_data``);
+3. the mail they sent loses its bytes, addresses and attachments
+   (``deskhand.mail.erasure``; first, while their address still finds the held rows),
+   then the desk's rows are pseudonymised (``deskhand.desk.customer_data``);
 4. one audit event records who erased which customer (by id) and the counts,
    never the data.
 
@@ -37,6 +39,7 @@ from deskhand.dbos import client as dbos_client
 from deskhand.desk.customer_data import CustomerRows, customers_by_email
 from deskhand.desk.models import Customer, Membership, Role, Ticket
 from deskhand.desk.permissions import NotAllowed, NotVisible, require_actor
+from deskhand.mail.erasure import InboundRows
 
 
 class ErasureRefused(Exception):
@@ -62,6 +65,7 @@ class Erasure:
         )
         return {
             **self.rows.counts(),
+            **InboundRows(self.customer).counts(),
             "runs": len(ids),
             "steps": Step.objects.filter(run_id__in=ids).count(),
             "approvals": Approval.objects.filter(run_id__in=ids).count(),
@@ -159,7 +163,8 @@ def customer_erase(
             ).what
             for key in ("steps", "approvals", "staff_notes", "audit_events", "ledger_entries"):
                 counts[key] += int(what[key])
-        counts = {**erasure.rows.erase(marker=ERASED, now=now), **counts}
+        inbound = InboundRows(customer).erase(now=now)
+        counts = {**erasure.rows.erase(marker=ERASED, now=now), **inbound, **counts}
         AuditEvent.objects.create(
             merchant_id=customer.merchant_id,
             actor=user,

@@ -15,12 +15,12 @@ import re
 import uuid
 from typing import Any
 
-from django.db.models import Count, OuterRef, Prefetch, Q, QuerySet, Subquery, Sum
+from django.db.models import Count, OuterRef, Q, QuerySet, Subquery, Sum
 from django.db.models.functions import Coalesce
 
 from agent.models import Run, Step
 from approvals.models import Approval, ApprovalPolicy, ApprovalStatus, StaffNote
-from deskhand.desk.models import Order, Ticket, TicketMessage
+from deskhand.desk.models import Order, Ticket
 
 PAGE_SIZE = 50
 INBOX_LIMIT = 100
@@ -113,14 +113,6 @@ def ticket_get(*, merchant_id: int, reference: str) -> Ticket | None:
     return (
         Ticket.objects.filter(merchant_id=merchant_id, reference__iexact=reference.strip())
         .select_related("customer", "assignee", "merchant")
-        .prefetch_related(
-            Prefetch(
-                "messages",
-                queryset=TicketMessage.objects.select_related("author").order_by(
-                    "created_at", "id"
-                ),
-            )
-        )
         .first()
     )
 

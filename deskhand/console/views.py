@@ -30,6 +30,7 @@ from agent.run.steering import SteerRefused, run_steer
 from deskhand.console import attention, forms, present, runpage, selectors
 from deskhand.console.decorators import ConsoleRequest, actor_required, merchant_member, refuse
 from deskhand.console.services import UndoRefused, step_undo
+from deskhand.console.thread import thread_lines
 from deskhand.console.usage import usage_days
 from deskhand.desk.models import Ticket
 
@@ -127,6 +128,7 @@ def ticket(request: ConsoleRequest, reference: str) -> HttpResponse:
                 )
             ],
             "runs": present.run_rows(selectors.ticket_runs(ticket=found)),
+            "thread": thread_lines(found),
             "can_act": request.membership.can_act,
             **_already_done(found),
         },

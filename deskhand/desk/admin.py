@@ -22,6 +22,7 @@ from deskhand.desk.models import (
     OrderItem,
     OutboundEmail,
     Refund,
+    SupportAddress,
     Ticket,
     TicketMessage,
 )
@@ -30,6 +31,13 @@ from deskhand.desk.models import (
 class MembershipInline(AuditInline):
     model = Membership
     fields = ("user", "role")
+
+
+class SupportAddressInline(AuditInline):
+    model = SupportAddress
+    fields = ("address", "primary")
+    readonly_fields = fields
+    show_change_link = False
 
 
 @admin.register(Merchant)
@@ -45,7 +53,7 @@ class MerchantAdmin(AuditAdmin):
         "mail_adapter",
     )
     search_fields = ("name", "slug")
-    inlines = [MembershipInline]
+    inlines = [MembershipInline, SupportAddressInline]
 
     @admin.display(description="daily model spend cap", ordering="daily_spend_cap_micros")
     def daily_spend_cap(self, obj: Merchant) -> str:
@@ -154,7 +162,7 @@ class RefundAdmin(AuditAdmin):
 
 class TicketMessageInline(AuditInline):
     model = TicketMessage
-    fields = ("kind", "author", "body", "run", "created_at")
+    fields = ("kind", "channel", "direction", "author", "from_address", "body", "run", "created_at")
     readonly_fields = fields
     show_change_link = False
 

@@ -4,10 +4,12 @@ A customer who asks to be forgotten keeps a row, because orders and refunds hang
 off it and the merchant's accounts must still add up — but the row becomes a
 pseudonym (``[erased]``, ``erased-<id>@erased.invalid``) with ``erased_at`` set.
 Everything written by them, to them or about them on their tickets goes: ticket
-subjects, every message on the thread (theirs, the agent's, staff notes), the
+subjects, every message on the thread (theirs, the agent's, staff notes) with its
+subject, the addresses it went between and its mail headers (a Message-ID is the
+sender's text, and a reply quoting one must not find the old ticket again), the
 emails in the outbox, and the free-text reasons on their orders and refunds. What
 stays is what the accounts need: order references, items, totals, refund amounts,
-statuses and times.
+statuses and times. The raw inbound mail they sent is ``deskhand.mail``'s share.
 
 The runs on those tickets (step payloads, approvals, the ledger's words, DBOS) are
 ``agent.privacy.erasure``'s share. ``counts`` and ``erase`` walk the same rows, so a dry run
@@ -20,7 +22,7 @@ import dataclasses
 import datetime as dt
 
 from django.db import transaction
-from django.db.models import Q, QuerySet
+from django.db.models import Case, Q, QuerySet, Value, When
 
 from deskhand.desk.models import Customer, Order, OutboundEmail, Refund, Ticket, TicketMessage
 
@@ -65,7 +67,16 @@ class CustomerRows:
         """Replace every word of this customer's with ``marker``; return what changed."""
         with transaction.atomic():
             out = self.counts()
-            self.messages().update(body=marker)
+            self.messages().update(
+                body=marker,
+                body_full="",
+                subject=Case(When(subject="", then=Value("")), default=Value(marker)),
+                from_address="",
+                to_address="",
+                message_id="",
+                in_reply_to="",
+                references="",
+            )
             self.emails().update(subject=marker, body=marker)
             self.orders().update(cancel_reason=marker)
             self.refunds().update(reason=marker)

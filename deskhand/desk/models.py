@@ -12,7 +12,7 @@ from django.contrib.postgres.indexes import GinIndex
 from django.contrib.postgres.search import SearchVector, SearchVectorField
 from django.db import models
 from django.db.models import Q, Sum
-from django.db.models.functions import Coalesce
+from django.db.models.functions import Coalesce, Lower
 
 
 class RefundAdapter(models.TextChoices):
@@ -29,11 +29,24 @@ class MailAdapter(models.TextChoices):
     SMTP = "smtp", "mail server (SMTP)"
 
 
+class AutoRuns(models.TextChoices):
+    """When a customer's message starts a run by itself (phase 2 of the thread reads it)."""
+
+    OFF = "off", "never: a person starts every run"
+    NEW_TICKETS = "new_tickets", "on a new ticket"
+    EVERY_MESSAGE = "every_message", "on every customer message"
+
+
 class Merchant(models.Model):
     """A tenant. Its policy settings are what bounds and gates read.
 
     The adapters say where its irreversible effects happen. They name a kind of system,
     never a credential: keys and passwords come from the environment (``agent.effects.config``).
+
+    The conversation settings bound what the desk does with customers' mail: when a message
+    starts a run, how long a run waits for a customer's answer, how many messages one
+    customer may be sent per ticket a day (two bots must never loop), and how much inbound
+    mail one sender or one support address may bring in an hour.
     """
 
     slug = models.SlugField(unique=True)
@@ -59,9 +72,52 @@ class Merchant(models.Model):
     # How long a finished run keeps its words (step payloads, transcripts, DBOS history);
     # the money facts are kept regardless (``agent.privacy.retention``).
     retention_days = models.PositiveIntegerField(default=365, db_default=365)
+    # New tickets are numbered <prefix>-<n> ("NW-12"); empty: the slug's first letters.
+    ticket_prefix = models.CharField(max_length=8, blank=True, default="", db_default="")
+    auto_runs = models.CharField(
+        max_length=16, choices=AutoRuns.choices, default=AutoRuns.OFF, db_default=AutoRuns.OFF
+    )
+    reply_window_seconds = models.PositiveIntegerField(default=72 * 3600, db_default=72 * 3600)
+    reply_reminder = models.BooleanField(default=False, db_default=False)
+    max_customer_messages_per_day = models.PositiveIntegerField(default=5, db_default=5)
+    inbound_per_sender_per_hour = models.PositiveIntegerField(default=20, db_default=20)
+    inbound_per_address_per_hour = models.PositiveIntegerField(default=600, db_default=600)
 
     def __str__(self) -> str:
         return self.name
+
+    @property
+    def reference_prefix(self) -> str:
+        return self.ticket_prefix or self.slug[:3].upper()
+
+
+class SupportAddress(models.Model):
+    """An address customers write to; mail to it belongs to this merchant and no other.
+
+    Unique across merchants whatever the case (``Support@`` is ``support@``): the address
+    is how inbound mail finds its merchant. ``primary`` is the one replies come from when
+    a conversation did not start at another of the merchant's addresses.
+    """
+
+    merchant = models.ForeignKey(
+        Merchant, on_delete=models.CASCADE, related_name="support_addresses"
+    )
+    address = models.EmailField(max_length=254)
+    primary = models.BooleanField(default=False)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(Lower("address"), name="support_address_unique_ci"),
+            models.UniqueConstraint(
+                fields=["merchant"],
+                condition=Q(primary=True),
+                name="one_primary_support_address",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return self.address
 
 
 class Role(models.TextChoices):
@@ -278,32 +334,110 @@ class Ticket(models.Model):
 
 
 class MessageKind(models.TextChoices):
+    """Who speaks: the customer, the agent (a run), a person on staff, or nobody outside."""
+
     CUSTOMER = "customer"
     AGENT = "agent"
+    STAFF = "staff", "staff reply"
     NOTE = "note", "internal note"
 
 
+class MessageChannel(models.TextChoices):
+    """How a message came in or went out. ``web`` is Deskhand itself (the console, a run's
+    note); an API and help-desk connectors get their own so a thread says where each line
+    was written."""
+
+    EMAIL = "email"
+    WEB = "web", "web console"
+    API = "api", "API"
+    HELPDESK = "helpdesk", "help desk"
+
+
+class MessageDirection(models.TextChoices):
+    INBOUND = "in", "from the customer"
+    OUTBOUND = "out", "to the customer"
+    INTERNAL = "internal", "internal"
+
+
 class TicketMessage(models.Model):
+    """One line of a ticket's thread: the customer's words, what they were told, staff notes.
+
+    ``body`` is what a reader (a person, or the model) sees: for an email from the customer,
+    the new text with the quoted history trimmed and HTML turned into text; ``body_full`` keeps
+    the whole text when the two differ. The mail headers (``message_id``, ``in_reply_to``,
+    ``references``) are what replies are threaded by. A message that went out as an email
+    points at its outbox row (``email``), which stays the record of the effect itself.
+    """
+
     ticket = models.ForeignKey(Ticket, on_delete=models.CASCADE, related_name="messages")
     kind = models.CharField(max_length=10, choices=MessageKind.choices)
+    channel = models.CharField(
+        max_length=10,
+        choices=MessageChannel.choices,
+        default=MessageChannel.WEB,
+        db_default=MessageChannel.WEB,
+    )
+    direction = models.CharField(
+        max_length=8,
+        choices=MessageDirection.choices,
+        default=MessageDirection.INTERNAL,
+        db_default=MessageDirection.INTERNAL,
+    )
     author = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL
     )
+    subject = models.CharField(max_length=300, blank=True, default="", db_default="")
     body = models.TextField()
+    body_full = models.TextField(blank=True, default="", db_default="")
+    from_address = models.CharField(max_length=320, blank=True, default="", db_default="")
+    to_address = models.CharField(max_length=320, blank=True, default="", db_default="")
+    message_id = models.CharField(max_length=250, blank=True, default="", db_default="")
+    in_reply_to = models.CharField(max_length=250, blank=True, default="", db_default="")
+    references = models.TextField(blank=True, default="", db_default="")
+    # Why a machine wrote it ("auto-reply", "bulk"): stored and shown, never a reason to run.
+    automated = models.CharField(max_length=16, blank=True, default="", db_default="")
+    email = models.OneToOneField(
+        "OutboundEmail",
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="thread_message",
+    )
     run = models.ForeignKey(
         "agent.Run", null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
     )
+    # Inbound: the Date the sender's mail claims (``sent_at``) and when it reached us
+    # (``received_at``). Outbound: when it left.
+    sent_at = models.DateTimeField(null=True, blank=True)
+    received_at = models.DateTimeField(null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
         ordering = ["created_at", "id"]
+        constraints = [
+            # Processing an inbound mail twice, or recording a sent one twice, adds one line.
+            models.UniqueConstraint(
+                fields=["ticket", "message_id"],
+                condition=~Q(message_id=""),
+                name="thread_message_id_once_per_ticket",
+            )
+        ]
+        indexes = [
+            models.Index(
+                fields=["message_id"], condition=~Q(message_id=""), name="thread_message_id"
+            )
+        ]
 
     def __str__(self) -> str:
         return f"{self.kind} message on ticket {self.ticket_id}"
 
 
 class OutboundEmail(models.Model):
-    """The outbox of customer emails; a row here is an email that was sent."""
+    """The outbox of customer emails; a row here is an email that was sent.
+
+    It stays the effect's own record (the ledger entry points here, claimed once); the
+    ticket's thread shows it through the ``TicketMessage`` that points at it.
+    """
 
     merchant = models.ForeignKey(Merchant, on_delete=models.PROTECT, related_name="emails")
     customer = models.ForeignKey(Customer, on_delete=models.PROTECT, related_name="emails")

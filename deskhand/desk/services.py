@@ -31,6 +31,8 @@ from django.utils import timezone
 from deskhand.desk.models import (
     Membership,
     Merchant,
+    MessageChannel,
+    MessageDirection,
     MessageKind,
     Order,
     OrderStatus,
@@ -239,7 +241,9 @@ def email_send(
 
     The thread copy is what the next reader of the ticket (person or model)
     sees, so an email is never sent that the ticket does not show. Through a mail
-    server (``message_id`` given) the rows record what the server accepted.
+    server (``message_id`` given) the rows record what the server accepted. The outbox
+    row stays the effect's record (its ledger entry points at it); the thread line
+    points at the outbox row and carries the recipient and the Message-ID a reply threads by.
     """
     subject, body = email_check(subject=subject, body=body)
     email = OutboundEmail.objects.create(
@@ -253,7 +257,17 @@ def email_send(
         message_id=message_id,
     )
     TicketMessage.objects.create(
-        ticket=ticket, kind=MessageKind.AGENT, body=f"Subject: {subject}\n\n{body}", run_id=run_id
+        ticket=ticket,
+        kind=MessageKind.AGENT,
+        channel=MessageChannel.EMAIL,
+        direction=MessageDirection.OUTBOUND,
+        subject=subject,
+        body=f"Subject: {subject}\n\n{body}",
+        to_address=ticket.customer.email,
+        message_id=message_id,
+        email=email,
+        run_id=run_id,
+        sent_at=email.sent_at,
     )
     return email
 
@@ -367,7 +381,13 @@ def ticket_note_add(
     if not body:
         raise DomainError("a note cannot be blank")
     message = TicketMessage.objects.create(
-        ticket=ticket, kind=MessageKind.NOTE, body=body, run_id=run_id, author=author
+        ticket=ticket,
+        kind=MessageKind.NOTE,
+        channel=MessageChannel.WEB,
+        direction=MessageDirection.INTERNAL,
+        body=body,
+        run_id=run_id,
+        author=author,
     )
     return TicketChange(ticket, {"op": "delete_message", "message_id": message.pk}, message=message)
 

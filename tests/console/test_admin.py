@@ -52,7 +52,7 @@ def test_nobody_may_add_change_or_delete_not_even_a_superuser(history, django_us
     ours = [
         (m, a)
         for m, a in admin.site._registry.items()
-        if m._meta.app_label in ("desk", "agent", "approvals")
+        if m._meta.app_label in ("desk", "mail", "agent", "approvals")
     ]
     assert len(ours) >= 14
     for model, model_admin in ours:

@@ -224,7 +224,16 @@ def _people_and_tickets(
                     placed,
                 )
             )
-            messages.append((tid, "customer", f"(synthetic) A question about order {ref}.", placed))
+            messages.append(
+                (
+                    tid,
+                    "customer",
+                    "email",
+                    "in",
+                    f"(synthetic) A question about order {ref}.",
+                    placed,
+                )
+            )
     counts["customers"] = _copy(Customer, ["id", "merchant_id", "name", "email"], customers)
     counts["orders"] = _copy(
         Order,
@@ -258,7 +267,9 @@ def _people_and_tickets(
         ],
         tickets,
     )
-    _copy(TicketMessage, ["ticket_id", "kind", "body", "created_at"], messages)
+    _copy(
+        TicketMessage, ["ticket_id", "kind", "channel", "direction", "body", "created_at"], messages
+    )
 
 
 _RUN_COLUMNS = [

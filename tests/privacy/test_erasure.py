@@ -21,10 +21,14 @@ from agent.run.steering import run_steer
 from approvals.models import Approval, AuditEvent
 from deskhand.dbos import client as dbos_client
 from deskhand.desk.models import Customer, Order, OutboundEmail, Refund, TicketMessage
+from deskhand.mail.intake import inbound_received
+from deskhand.mail.models import InboundAttachment, InboundEmail
+from deskhand.mail.parse import Verdicts
 from tests.console.conftest import client_for
 from tests.durability.helpers import decide, start, user
 from tests.edge.test_cli_conventions import cli
 from tests.fixtures.dbos import wait_terminal, workflow_settled
+from tests.mail.conftest import mail
 from tests.privacy.helpers import where_found
 from tests.support.fake_anthropic import policy_double, settle
 from tests.support.messages_api import MessagesApi
@@ -50,6 +54,27 @@ def work_nw1_to_a_refund() -> Run:
     assert run.status == "succeeded", run.summary
     workflow_settled(str(run.id))
     return run
+
+
+def dana_writes_in() -> list[bytes]:
+    """Dana's mail: a reply on NW-1 with an attachment, and one held (it failed DMARC)."""
+    nw1_first = TicketMessage.objects.get(ticket__reference="NW-1", kind="customer").message_id
+    sender = "Dana Whitfield <dana.whitfield@example.com>"
+    reply = mail(
+        sender=sender,
+        subject="Re: stale beans",
+        body="Thank you! Dana Whitfield",
+        headers={"In-Reply-To": nw1_first},
+        attachments=[("receipt.txt", "text/plain", b"Receipt for Dana Whitfield")],
+    )
+    held = mail(sender=sender, subject="Also this", body="From Dana Whitfield")
+    to = ["support@northwind.test"]
+    assert inbound_received(raw=reply, source="smtp", envelope_recipients=to).status == "threaded"
+    quarantined = inbound_received(
+        raw=held, source="smtp", envelope_recipients=to, verdicts=Verdicts(dmarc="fail")
+    )
+    assert quarantined.status == "quarantined"
+    return [reply, held]
 
 
 def money_facts() -> dict[str, object]:
@@ -79,6 +104,7 @@ def test_an_erased_customer_is_in_no_column_of_ours_or_dbos_and_the_money_facts_
     run = work_nw1_to_a_refund()
     neighbour = wait_terminal(str(settle(start("NW-2", "agent@northwind.test")).id))
     workflow_settled(str(neighbour.id))
+    sent_in = dana_writes_in()
     copies = {hit.split(":")[0] for hit in where_found(DANA)}
     # The run copied the customer into step payloads, approvals, notes and DBOS's checkpoints.
     assert {
@@ -87,6 +113,11 @@ def test_an_erased_customer_is_in_no_column_of_ours_or_dbos_and_the_money_facts_
         "public.approvals_approval.reason",
         "dbos.operation_outputs.output",
         "public.desk_customer.name",
+        "public.desk_ticketmessage.body",
+        "public.desk_ticketmessage.from_address",
+        "public.mail_inboundemail.raw",
+        "public.mail_inboundemail.from_address",
+        "public.mail_inboundattachment.content",
     } <= copies, copies
     # What the model was sent never held the full address (tool results are masked) …
     assert api.count > 0 and not any(
@@ -103,6 +134,7 @@ def test_an_erased_customer_is_in_no_column_of_ours_or_dbos_and_the_money_facts_
     assert code == 0, err
     planned = json.loads(out)
     assert planned["dry_run"] and planned["counts"]["runs"] == 1
+    assert (planned["counts"]["inbound_emails"], planned["counts"]["inbound_attachments"]) == (2, 1)
     assert planned["counts"]["dbos_workflows"] == 1 and planned["counts"]["steps"] == run.steps
     assert "dana" not in out.lower()  # the output names the customer by id, never the address
     assert where_found(DANA) and not Redaction.objects.exists()  # a dry run changes nothing
@@ -114,6 +146,13 @@ def test_an_erased_customer_is_in_no_column_of_ours_or_dbos_and_the_money_facts_
 
     assert where_found(DANA) == []
     assert money_facts() == before
+    # The mail rows stay (counted, hashed), empty; delivered again, nothing of it comes back.
+    assert InboundEmail.objects.filter(erased_at__isnull=False).count() == 2
+    assert not InboundAttachment.objects.exists()
+    lines = TicketMessage.objects.count()
+    for raw in sent_in:
+        inbound_received(raw=raw, source="smtp", envelope_recipients=["support@northwind.test"])
+    assert where_found(DANA) == [] and TicketMessage.objects.count() == lines
     [event] = AuditEvent.objects.filter(action="customer.erase")
     assert event.actor_name == OWNER and event.detail["counts"] == done["counts"]
     assert event.detail["customer"] == Customer.objects.get(erased_at__isnull=False).pk

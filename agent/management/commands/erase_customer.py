@@ -24,6 +24,8 @@ LABELS = {
     "tickets": "tickets (subjects)",
     "ticket_messages": "ticket messages",
     "emails": "emails sent to them",
+    "inbound_emails": "emails they sent (bytes and addresses)",
+    "inbound_attachments": "attachments they sent",
     "order_reasons": "order cancellation reasons",
     "refund_reasons": "refund reasons",
     "runs": "runs",

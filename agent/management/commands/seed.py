@@ -34,23 +34,27 @@ from agent.models import Run
 from approvals.models import Approval, ApprovalPolicy, AuditEvent, StaffNote
 from deskhand.cli import DeskhandCommand
 from deskhand.desk.models import (
+    AutoRuns,
     Customer,
     KbArticle,
     Membership,
     Merchant,
+    MessageChannel,
+    MessageDirection,
     MessageKind,
     Order,
     OrderItem,
     OutboundEmail,
     Refund,
     Role,
+    SupportAddress,
     Ticket,
     TicketMessage,
 )
 
 DEMO_PASSWORD = "demo-password-123"
 AUDITOR_EMAIL = "auditor@deskhand.test"
-AUDITED_APPS = ("desk", "agent", "approvals")
+AUDITED_APPS = ("desk", "mail", "agent", "approvals")
 
 
 @functools.cache
@@ -89,12 +93,19 @@ class MerchantSpec:
     customers: tuple[tuple[str, str], ...]  # name, email
     orders: tuple[OrderSpec, ...]
     tickets: tuple[TicketSpec, ...]
+    # Where its customers write (deskhand.mail routes mail to it by this address).
+    support_address: str = ""
+    ticket_prefix: str = ""
+    auto_runs: str = AutoRuns.OFF
 
 
 NORTHWIND = MerchantSpec(
     slug="northwind",
     name="Northwind Coffee",
     timezone="America/New_York",
+    support_address="support@northwind.test",
+    ticket_prefix="NW",
+    auto_runs=AutoRuns.EVERY_MESSAGE,
     people=(
         ("owner@northwind.test", Role.OWNER),
         ("agent@northwind.test", Role.AGENT),
@@ -224,6 +235,9 @@ LUMEN = MerchantSpec(
     slug="lumen",
     name="Lumen Audio",
     timezone="Europe/Dublin",
+    support_address="help@lumen.test",
+    ticket_prefix="LU",
+    auto_runs=AutoRuns.NEW_TICKETS,
     people=(
         ("owner@lumen.test", Role.OWNER),
         ("agent@lumen.test", Role.AGENT),
@@ -427,7 +441,15 @@ def charge_id(merchant_slug: str, order_reference: str) -> str:
 
 
 def _seed_merchant(spec: MerchantSpec, now: dt.datetime) -> None:
-    merchant = Merchant.objects.create(slug=spec.slug, name=spec.name, timezone=spec.timezone)
+    merchant = Merchant.objects.create(
+        slug=spec.slug,
+        name=spec.name,
+        timezone=spec.timezone,
+        ticket_prefix=spec.ticket_prefix,
+        auto_runs=spec.auto_runs,
+    )
+    if spec.support_address:
+        SupportAddress.objects.create(merchant=merchant, address=spec.support_address, primary=True)
     for email, role in spec.people:
         Membership.objects.create(user=_user(email), merchant=merchant, role=role)
     KbArticle.objects.bulk_create(
@@ -471,7 +493,19 @@ def _seed_merchant(spec: MerchantSpec, now: dt.datetime) -> None:
             subject=t.subject,
             priority=t.priority,
         )
-        TicketMessage.objects.create(ticket=ticket, kind=MessageKind.CUSTOMER, body=t.body)
+        # Each seeded ticket came in as the customer's email to the support address.
+        TicketMessage.objects.create(
+            ticket=ticket,
+            kind=MessageKind.CUSTOMER,
+            channel=MessageChannel.EMAIL,
+            direction=MessageDirection.INBOUND,
+            subject=t.subject,
+            body=t.body,
+            from_address=t.customer,
+            to_address=spec.support_address,
+            message_id=f"<seed.{t.reference.lower()}@{t.customer.partition('@')[2]}>",
+            received_at=now,
+        )
 
 
 def _seed_auditor() -> None:
