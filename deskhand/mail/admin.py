@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from django.contrib import admin
 
-from deskhand.audit_admin import AuditAdmin, AuditInline, admin_link
+from deskhand.desk.audit_admin import AuditAdmin, AuditInline, admin_link
 from deskhand.mail.models import InboundAttachment, InboundEmail
 
 
