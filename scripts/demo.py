@@ -1,7 +1,7 @@
 """`make demo`: the product on one machine — embedded Postgres, a worker, the web console.
 
 Migrates, seeds the demo merchants (once), starts `manage.py worker` and
-uvicorn, prints where to go and how to sign in, and on Ctrl-C stops all of
+`manage.py web` (uvicorn), prints where to go and how to sign in, and on Ctrl-C stops all of
 it, including the embedded Postgres when this script started it.
 
 ``make demo PROVIDER=double`` (``scripts/demo.py --provider double``) runs the
@@ -106,10 +106,11 @@ def main() -> int:
             )
         )
         procs.append(
+            # The web process as the README starts it (deskhand/edge/web.py): proxy
+            # headers believed only from DESKHAND_TRUSTED_PROXIES.
             serve(
-                "-m",
-                "uvicorn",
-                "deskhand.asgi:application",
+                "manage.py",
+                "web",
                 "--host",
                 "127.0.0.1",
                 "--port",

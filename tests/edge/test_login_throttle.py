@@ -24,7 +24,7 @@ from tests.console.conftest import (
     NW_OWNER,
     PASSWORD,
     WebServer,
-    uvicorn_on_test_database,
+    web_process_on_test_database,
 )
 
 COOLOFF = dt.timedelta(minutes=15)
@@ -85,8 +85,8 @@ class Answer:
 def two_web_processes(tseeded) -> Iterator[tuple[WebServer, WebServer]]:
     """Two uvicorn processes on the test database, each with its own memory and connections."""
     with (
-        uvicorn_on_test_database("test-web-a.log") as a,
-        uvicorn_on_test_database("test-web-b.log") as b,
+        web_process_on_test_database("test-web-a.log") as a,
+        web_process_on_test_database("test-web-b.log") as b,
     ):
         assert a.proc.pid != b.proc.pid
         yield a, b
