@@ -54,7 +54,7 @@ ALLOWED_HOSTS = [
 ]
 
 INSTALLED_APPS = [
-    "django.contrib.admin",
+    "deskhand.admin_site.AuditAdminConfig",  # django.contrib.admin, GET/HEAD/POST only
     "django.contrib.auth",
     "django.contrib.contenttypes",
     "django.contrib.sessions",
@@ -82,6 +82,8 @@ def _development_apps() -> list[str]:
 INSTALLED_APPS += _development_apps()
 
 MIDDLEWARE = [
+    # Outermost: the Content-Length is computed from the body that actually leaves.
+    "deskhand.edge.middleware.content_length",
     "django.middleware.security.SecurityMiddleware",
     "django.middleware.csp.ContentSecurityPolicyMiddleware",
     "deskhand.edge.middleware.refuse_malformed",

@@ -17,7 +17,7 @@ from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.utils import timezone
 from django.utils.http import url_has_allowed_host_and_scheme
-from django.views.decorators.http import require_GET, require_POST
+from django.views.decorators.http import require_POST, require_safe
 from django_htmx.http import HttpResponseStopPolling
 
 from agent import payloads
@@ -51,7 +51,7 @@ def redirect_back(request: HttpRequest, default: str) -> HttpResponseRedirect:
 # --- overview -------------------------------------------------------------------
 
 
-@require_GET
+@require_safe
 @login_required
 @merchant_member
 def home(request: ConsoleRequest) -> HttpResponse:
@@ -74,7 +74,7 @@ def home(request: ConsoleRequest) -> HttpResponse:
     )
 
 
-@require_GET
+@require_safe
 @login_required
 @merchant_member
 def attention_list(request: ConsoleRequest) -> HttpResponse:
@@ -88,7 +88,7 @@ def attention_list(request: ConsoleRequest) -> HttpResponse:
 # --- tickets --------------------------------------------------------------------
 
 
-@require_GET
+@require_safe
 @login_required
 @merchant_member
 def tickets(request: ConsoleRequest) -> HttpResponse:
@@ -108,7 +108,7 @@ def tickets(request: ConsoleRequest) -> HttpResponse:
     return render(request, template, {"page": page, "rows": rows, "filters": filters, "f": f})
 
 
-@require_GET
+@require_safe
 @login_required
 @merchant_member
 def ticket(request: ConsoleRequest, reference: str) -> HttpResponse:
@@ -163,7 +163,7 @@ def ticket_run(request: ConsoleRequest, reference: str) -> HttpResponse:
 # --- runs -----------------------------------------------------------------------
 
 
-@require_GET
+@require_safe
 @login_required
 @merchant_member
 def runs(request: ConsoleRequest) -> HttpResponse:
@@ -201,7 +201,7 @@ def _run_or_none(request: ConsoleRequest, run_id: uuid.UUID) -> Run | None:
     return selectors.run_get(merchant_id=request.membership.merchant_id, run_id=run_id)
 
 
-@require_GET
+@require_safe
 @login_required
 @merchant_member
 def run(request: ConsoleRequest, run_id: uuid.UUID) -> HttpResponse:
@@ -216,7 +216,7 @@ def run(request: ConsoleRequest, run_id: uuid.UUID) -> HttpResponse:
     return render(request, "console/run.html", context)
 
 
-@require_GET
+@require_safe
 @login_required
 @merchant_member
 def run_steps(request: ConsoleRequest, run_id: uuid.UUID) -> HttpResponse:
@@ -254,7 +254,7 @@ def run_steps(request: ConsoleRequest, run_id: uuid.UUID) -> HttpResponse:
     return response
 
 
-@require_GET
+@require_safe
 @login_required
 @merchant_member
 def step_sent(request: ConsoleRequest, run_id: uuid.UUID, seq: int) -> HttpResponse:
@@ -334,7 +334,7 @@ def step_undo_view(request: ConsoleRequest, run_id: uuid.UUID, seq: int) -> Http
 # --- usage ----------------------------------------------------------------------
 
 
-@require_GET
+@require_safe
 @login_required
 @merchant_member
 def usage(request: ConsoleRequest) -> HttpResponse:
@@ -354,7 +354,7 @@ def usage(request: ConsoleRequest) -> HttpResponse:
 # --- merchant -------------------------------------------------------------------
 
 
-@require_GET
+@require_safe
 @login_required
 @merchant_member
 def merchant(request: ConsoleRequest) -> HttpResponse:
