@@ -324,8 +324,10 @@ DESKHAND_SCRIPTED_COST_MICROS = env_int("DESKHAND_SCRIPTED_COST_MICROS", 1000)
 
 # --- Edge: input validation and login protection (deskhand/edge) -----------
 # Failed sign-ins are counted in Postgres (edge.LoginFailure), per user name and client
-# address: this many within the cool-off lock that pair for the cool-off (then it lifts).
+# address: this many within the cool-off lock that pair for the cool-off (then it lifts);
+# and per user name over every address: NAME_FAILURE_LIMIT lock the name from everywhere.
 DESKHAND_LOGIN_FAILURE_LIMIT = env_int("DESKHAND_LOGIN_FAILURE_LIMIT", 10)
+DESKHAND_LOGIN_NAME_FAILURE_LIMIT = env_int("DESKHAND_LOGIN_NAME_FAILURE_LIMIT", 30)
 DESKHAND_LOGIN_COOLOFF_SECONDS = env_int("DESKHAND_LOGIN_COOLOFF_SECONDS", 15 * 60)
 # Addresses or networks of reverse proxies whose X-Forwarded-For is believed, comma-separated
 # (e.g. "127.0.0.1,10.0.0.0/8"). Empty (the default): the header is ignored.

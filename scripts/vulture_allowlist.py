@@ -171,6 +171,7 @@ _.DatabaseUnavailableMiddleware
 _.process_exception  # Django middleware hook
 _.handler500  # urls.py: Django reads it by name
 _.locks_until  # edge.LoginFailure column, read in SQL by the throttle
+_.locks_name_until  # edge.LoginFailure column, read in SQL by the throttle
 _.sender  # signal receivers take it by keyword
 _._called_from_command_line  # BaseCommand attribute the CLI base sets for Django
 _.reused  # step payload fields: written from the gate's dicts, shown in the audit trail
