@@ -170,9 +170,22 @@ SECURE_CSP = {
 X_FRAME_OPTIONS = "DENY"
 SECURE_CONTENT_TYPE_NOSNIFF = True
 SECURE_REFERRER_POLICY = "same-origin"
-SESSION_COOKIE_SECURE = env_bool("DESKHAND_HTTPS", False)
-CSRF_COOKIE_SECURE = SESSION_COOKIE_SECURE
+# DESKHAND_HTTPS=1: the site is served over HTTPS only (behind a proxy that terminates TLS,
+# listed in DESKHAND_TRUSTED_PROXIES, whose X-Forwarded-Proto `manage.py web` believes).
+# Secure cookies, a redirect of plain HTTP to HTTPS (except /healthz, which a load
+# balancer probes over plain HTTP), and HSTS for a year on every subdomain; each can be
+# turned down on its own. `manage.py check --deploy` is clean with the production
+# settings of docs/operations.md (tests/edge/test_deploy_check.py).
+DESKHAND_HTTPS = env_bool("DESKHAND_HTTPS", False)
+SESSION_COOKIE_SECURE = DESKHAND_HTTPS
+CSRF_COOKIE_SECURE = DESKHAND_HTTPS
 SESSION_COOKIE_HTTPONLY = True
+SECURE_SSL_REDIRECT = env_bool("DESKHAND_SSL_REDIRECT", DESKHAND_HTTPS)
+SECURE_REDIRECT_EXEMPT = [r"^healthz$"]
+SECURE_HSTS_SECONDS = env_int("DESKHAND_HSTS_SECONDS", 365 * 24 * 3600 if DESKHAND_HTTPS else 0)
+SECURE_HSTS_INCLUDE_SUBDOMAINS = env_bool("DESKHAND_HSTS_INCLUDE_SUBDOMAINS", DESKHAND_HTTPS)
+# Asks browsers' makers to hard-code HTTPS for the domain: a decision made once, on purpose.
+SECURE_HSTS_PRELOAD = env_bool("DESKHAND_HSTS_PRELOAD", False)
 
 LOGGING = {
     "version": 1,
