@@ -293,6 +293,9 @@ def policy(request: ConsoleRequest) -> HttpResponse:
         return render(request, "console/policy.html", context)
     if not request.membership.is_owner:
         return refuse(request, 403, "Only an owner may change the approval policy.")
+    outside = forms.policy_rule_refused(request.POST, policy_tools(), person_only_tools())
+    if outside is not None:
+        return refuse(request, 400, outside)
     try:
         rules = rules_parse(forms.policy_rules_posted(request.POST, policy_tools()))
     except (PolicyRefused, ValueError) as exc:
