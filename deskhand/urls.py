@@ -1,7 +1,7 @@
 """Top-level URLs: sign-in, the console, the audit desk (admin), static files.
 
 Static files are served by Django itself (``staticfiles``' finder view) so the
-ASGI process alone — ``python -m uvicorn deskhand.asgi:application`` — is a
+ASGI process alone — ``python manage.py web`` — is a
 complete web server for the demo; behind a real proxy, serve ``collectstatic``
 output from the proxy instead and drop the route.
 """
