@@ -379,7 +379,7 @@ def matrix_cells(world: World) -> list[tuple[str, str | None, str, str]]:
     """(path, table key or None for an admin model page, method, role): the cells driven.
 
     ``DESKHAND_FULL_MATRIX=1``: every cell, 170 URLs x 6 roles x 7 methods (about 7,000
-    requests, several minutes here). By default, what the suite can afford (about 1,100):
+    requests, several minutes here). By default, what the suite can afford (about 900):
 
     * every URL outside the admin's per-model pages, with every method it takes, for every
       role (there the role decides the answer); with each method it does not take (a 405
