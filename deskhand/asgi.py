@@ -1,4 +1,8 @@
-"""ASGI entry point: ``python -m uvicorn deskhand.asgi:application``.
+"""ASGI entry point, served by ``python manage.py web`` (deskhand/edge/web.py).
+
+Start it that way rather than with the bare ``uvicorn`` command, whose default trust of
+``X-Forwarded-For`` from loopback would let a client pick the address the sign-in
+throttle counts.
 
 The web process never launches DBOS; it enqueues and sends through a
 ``DBOSClient`` (deskhand/dbos/client.py).

@@ -54,7 +54,7 @@ ALLOWED_HOSTS = [
 ]
 
 INSTALLED_APPS = [
-    "django.contrib.admin",
+    "deskhand.admin_site.AuditAdminConfig",  # django.contrib.admin, GET/HEAD/POST only
     "django.contrib.auth",
     "django.contrib.contenttypes",
     "django.contrib.sessions",
@@ -90,6 +90,8 @@ DESKHAND_SYNTHETIC_GENERATOR = (
 )
 
 MIDDLEWARE = [
+    # Outermost: the Content-Length is computed from the body that actually leaves.
+    "deskhand.edge.middleware.content_length",
     "django.middleware.security.SecurityMiddleware",
     "django.middleware.csp.ContentSecurityPolicyMiddleware",
     "deskhand.edge.middleware.refuse_malformed",
@@ -176,9 +178,22 @@ SECURE_CSP = {
 X_FRAME_OPTIONS = "DENY"
 SECURE_CONTENT_TYPE_NOSNIFF = True
 SECURE_REFERRER_POLICY = "same-origin"
-SESSION_COOKIE_SECURE = env_bool("DESKHAND_HTTPS", False)
-CSRF_COOKIE_SECURE = SESSION_COOKIE_SECURE
+# DESKHAND_HTTPS=1: the site is served over HTTPS only (behind a proxy that terminates TLS,
+# listed in DESKHAND_TRUSTED_PROXIES, whose X-Forwarded-Proto `manage.py web` believes).
+# Secure cookies, a redirect of plain HTTP to HTTPS (except /healthz, which a load
+# balancer probes over plain HTTP), and HSTS for a year on every subdomain; each can be
+# turned down on its own. `manage.py check --deploy` is clean with the production
+# settings of docs/operations.md (tests/edge/test_deploy_check.py).
+DESKHAND_HTTPS = env_bool("DESKHAND_HTTPS", False)
+SESSION_COOKIE_SECURE = DESKHAND_HTTPS
+CSRF_COOKIE_SECURE = DESKHAND_HTTPS
 SESSION_COOKIE_HTTPONLY = True
+SECURE_SSL_REDIRECT = env_bool("DESKHAND_SSL_REDIRECT", DESKHAND_HTTPS)
+SECURE_REDIRECT_EXEMPT = [r"^healthz$"]
+SECURE_HSTS_SECONDS = env_int("DESKHAND_HSTS_SECONDS", 365 * 24 * 3600 if DESKHAND_HTTPS else 0)
+SECURE_HSTS_INCLUDE_SUBDOMAINS = env_bool("DESKHAND_HSTS_INCLUDE_SUBDOMAINS", DESKHAND_HTTPS)
+# Asks browsers' makers to hard-code HTTPS for the domain: a decision made once, on purpose.
+SECURE_HSTS_PRELOAD = env_bool("DESKHAND_HSTS_PRELOAD", False)
 
 LOGGING = {
     "version": 1,
@@ -362,8 +377,10 @@ DATA_UPLOAD_MAX_MEMORY_SIZE = 3 * DESKHAND_INBOUND_MAX_BYTES + 1024 * 1024
 
 # --- Edge: input validation and login protection (deskhand/edge) -----------
 # Failed sign-ins are counted in Postgres (edge.LoginFailure), per user name and client
-# address: this many within the cool-off lock that pair for the cool-off (then it lifts).
+# address: this many within the cool-off lock that pair for the cool-off (then it lifts);
+# and per user name over every address: NAME_FAILURE_LIMIT lock the name from everywhere.
 DESKHAND_LOGIN_FAILURE_LIMIT = env_int("DESKHAND_LOGIN_FAILURE_LIMIT", 10)
+DESKHAND_LOGIN_NAME_FAILURE_LIMIT = env_int("DESKHAND_LOGIN_NAME_FAILURE_LIMIT", 30)
 DESKHAND_LOGIN_COOLOFF_SECONDS = env_int("DESKHAND_LOGIN_COOLOFF_SECONDS", 15 * 60)
 # Addresses or networks of reverse proxies whose X-Forwarded-For is believed, comma-separated
 # (e.g. "127.0.0.1,10.0.0.0/8"). Empty (the default): the header is ignored.

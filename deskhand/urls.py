@@ -1,7 +1,7 @@
 """Top-level URLs: sign-in, the console, the audit desk (admin), inbound mail, static files.
 
 Static files are served by Django itself (``staticfiles``' finder view) so the
-ASGI process alone — ``python -m uvicorn deskhand.asgi:application`` — is a
+ASGI process alone — ``python manage.py web`` — is a
 complete web server for the demo; behind a real proxy, serve ``collectstatic``
 output from the proxy instead and drop the route.
 """
@@ -16,12 +16,14 @@ from django.contrib.auth.views import LogoutView
 from django.contrib.staticfiles import finders
 from django.http import Http404, HttpRequest, HttpResponse
 from django.urls import include, path, re_path
+from django.views.decorators.http import require_http_methods, require_safe
 
 from deskhand.console.auth import login_view
 from deskhand.console.health import healthz
 from deskhand.edge.throttle import throttled
 
 
+@require_safe
 def static_file(request: HttpRequest, path: str) -> HttpResponse:
     """A static file by its finder path (whole-body response: no sync iterator under ASGI)."""
     found = finders.find(path.lstrip("/"))
@@ -33,16 +35,14 @@ def static_file(request: HttpRequest, path: str) -> HttpResponse:
     return response
 
 
-admin.site.site_header = "Deskhand audit desk"
-admin.site.site_title = "Deskhand audit"
-admin.site.index_title = "Read-only audit trail (every merchant)"
-
 urlpatterns = [
     path("healthz", healthz, name="healthz"),
     path("accounts/login/", login_view, name="login"),
     path("accounts/logout/", LogoutView.as_view(), name="logout"),
     # The admin's own sign-in, behind the same shared throttle as the console's.
-    path("admin/login/", throttled(admin.site.login)),
+    path(
+        "admin/login/", require_http_methods(["GET", "HEAD", "POST"])(throttled(admin.site.login))
+    ),
     path("admin/", admin.site.urls),
     re_path(r"^static/(?P<path>.+)$", static_file),
     # Mail services' inbound webhooks (signed; CSRF-exempt like any webhook).

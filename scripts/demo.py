@@ -1,7 +1,7 @@
 """`make demo`: the product on one machine — embedded Postgres, a worker, the web console.
 
-Migrates, seeds the demo merchants (once), starts `manage.py worker`, uvicorn and
-the loopback SMTP receiver (`manage.py mail_receiver`, port 2525 or
+Migrates, seeds the demo merchants (once), starts `manage.py worker`, `manage.py web`
+(uvicorn) and the loopback SMTP receiver (`manage.py mail_receiver`, port 2525 or
 ``DESKHAND_MAIL_PORT``), prints where to go, how to sign in and a one-liner that
 mails the demo support address, and on Ctrl-C stops all of it, including the
 embedded Postgres when this script started it.
@@ -121,10 +121,11 @@ def main() -> int:
         )
         procs.append(serve("manage.py", "mail_receiver", "--port", str(MAIL_PORT)))
         procs.append(
+            # The web process as the README starts it (deskhand/edge/web.py): proxy
+            # headers believed only from DESKHAND_TRUSTED_PROXIES.
             serve(
-                "-m",
-                "uvicorn",
-                "deskhand.asgi:application",
+                "manage.py",
+                "web",
                 "--host",
                 "127.0.0.1",
                 "--port",

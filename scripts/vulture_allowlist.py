@@ -57,7 +57,13 @@ _.X_FRAME_OPTIONS
 _.SECURE_CONTENT_TYPE_NOSNIFF
 _.SECURE_REFERRER_POLICY
 _.CSRF_COOKIE_SECURE
+_.SESSION_COOKIE_SECURE
 _.SESSION_COOKIE_HTTPONLY
+_.SECURE_SSL_REDIRECT
+_.SECURE_REDIRECT_EXEMPT
+_.SECURE_HSTS_SECONDS
+_.SECURE_HSTS_INCLUDE_SUBDOMAINS
+_.SECURE_HSTS_PRELOAD
 _.LOGGING
 
 # admin: ModelAdmin / inline options and the callables list_display names as strings
@@ -168,10 +174,15 @@ _.ConsoleConfig  # apps.py: Django picks the AppConfig subclass of each app
 _.EdgeConfig
 _.DevtoolsConfig
 _.refuse_malformed  # middleware, named in settings.MIDDLEWARE
+_.content_length  # middleware, named in settings.MIDDLEWARE
+_.AuditSite  # deskhand.admin_site: named as AuditAdminConfig.default_site
+_.AuditAdminConfig  # named in settings.INSTALLED_APPS
+_.default_site  # AdminConfig: the admin site class Django instantiates
 _.DatabaseUnavailableMiddleware
 _.process_exception  # Django middleware hook
 _.handler500  # urls.py: Django reads it by name
 _.locks_until  # edge.LoginFailure column, read in SQL by the throttle
+_.locks_name_until  # edge.LoginFailure column, read in SQL by the throttle
 _.sender  # signal receivers take it by keyword
 _._called_from_command_line  # BaseCommand attribute the CLI base sets for Django
 _.reused  # step payload fields: written from the gate's dicts, shown in the audit trail

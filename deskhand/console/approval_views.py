@@ -19,7 +19,7 @@ from django.http import HttpResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.utils import timezone
-from django.views.decorators.http import require_GET, require_http_methods, require_POST
+from django.views.decorators.http import require_http_methods, require_POST, require_safe
 
 from agent.consent.narrowing import (
     NarrowingRefused,
@@ -123,7 +123,7 @@ def _inbox(
     )
 
 
-@require_GET
+@require_safe
 @login_required
 @merchant_member
 def approvals(request: ConsoleRequest) -> HttpResponse:
@@ -273,7 +273,7 @@ def approvals_bulk_view(request: ConsoleRequest) -> HttpResponse:
 # --- approval policy ------------------------------------------------------------
 
 
-@require_http_methods(["GET", "POST"])
+@require_http_methods(["GET", "HEAD", "POST"])
 @login_required
 @merchant_member
 def policy(request: ConsoleRequest) -> HttpResponse:
@@ -289,10 +289,13 @@ def policy(request: ConsoleRequest) -> HttpResponse:
         "preview": None,
         "person_only": person_only_tools(),
     }
-    if request.method == "GET":
+    if request.method in ("GET", "HEAD"):
         return render(request, "console/policy.html", context)
     if not request.membership.is_owner:
         return refuse(request, 403, "Only an owner may change the approval policy.")
+    outside = forms.policy_rule_refused(request.POST, policy_tools(), person_only_tools())
+    if outside is not None:
+        return refuse(request, 400, outside)
     try:
         rules = rules_parse(forms.policy_rules_posted(request.POST, policy_tools()))
     except (PolicyRefused, ValueError) as exc:

@@ -13,6 +13,7 @@ from django import forms
 from django.contrib.auth.forms import AuthenticationForm
 from django.contrib.auth.views import LoginView
 from django.urls import reverse
+from django.views.decorators.http import require_http_methods
 
 from deskhand.desk.models import Membership
 from deskhand.edge.throttle import throttled
@@ -43,4 +44,5 @@ class ConsoleLoginView(LoginView):
         return super().get_default_redirect_url()
 
 
-login_view = throttled(ConsoleLoginView.as_view())
+# A form view takes PUT as a POST (Django's ProcessFormView); a sign-in is a POST only.
+login_view = require_http_methods(["GET", "HEAD", "POST"])(throttled(ConsoleLoginView.as_view()))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import uuid
 from typing import Any
 
@@ -72,6 +73,33 @@ class BulkDecideForm(forms.Form):
         if data.get("decision") == "deny" and not data.get("reason"):
             self.add_error("reason", "Say why you are denying them; the agent reads the reason.")
         return data
+
+
+_RULE_ON = re.compile(r"^rule-(.+)-on$")
+
+
+def policy_rule_refused(data: Any, tools: list[str], person_only: list[str]) -> str | None:
+    """The sentence refusing a rule ticked for a tool no rule may cover, or None.
+
+    The page offers a row per tool a rule may cover (``tools``); a posted
+    ``rule-<tool>-on`` for any other tool (an email, which always needs a person, or no
+    tool at all) used to be skipped, and the form answered "Saved" without it.
+    """
+    for key in data:
+        found = _RULE_ON.match(str(key))
+        if not found or not data.get(key) or found[1] in tools:
+            continue
+        name = found[1][:64]
+        if name in person_only:
+            return (
+                f"No rule may approve {name}: each call of it needs a person's decision. "
+                "Nothing was saved."
+            )
+        return (
+            f"{name!r} is not a tool a rule may cover (a rule may cover "
+            f"{', '.join(tools)}). Nothing was saved."
+        )
+    return None
 
 
 def policy_rules_posted(data: Any, tools: list[str]) -> list[dict[str, Any]]:

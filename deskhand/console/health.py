@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from django.http import HttpRequest, JsonResponse
 from django.views.decorators.cache import never_cache
-from django.views.decorators.http import require_GET
+from django.views.decorators.http import require_safe
 
 from agent.ops.health import healthz as health_summary
 
 
-@require_GET
+@require_safe
 @never_cache
 def healthz(request: HttpRequest) -> JsonResponse:
     """200 while the database answers (``status`` says ``degraded`` when workers are missing,

@@ -19,7 +19,7 @@ from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.http import HttpResponse
 from django.shortcuts import redirect, render
-from django.views.decorators.http import require_GET, require_http_methods
+from django.views.decorators.http import require_http_methods, require_safe
 
 from agent.models import Run
 from agent.privacy.redaction import replay_refusal
@@ -53,7 +53,7 @@ def _owned_run(request: ConsoleRequest, run_id: uuid.UUID, seq: int) -> Run | Ht
     return found
 
 
-@require_GET
+@require_safe
 @login_required
 @merchant_member
 def replay_at(request: ConsoleRequest, run_id: uuid.UUID, seq: int) -> HttpResponse:
@@ -78,7 +78,7 @@ def replay_at(request: ConsoleRequest, run_id: uuid.UUID, seq: int) -> HttpRespo
     )
 
 
-@require_http_methods(["GET", "POST"])
+@require_http_methods(["GET", "HEAD", "POST"])
 @login_required
 @merchant_member
 def fork_from(request: ConsoleRequest, run_id: uuid.UUID, seq: int) -> HttpResponse:
@@ -92,7 +92,7 @@ def fork_from(request: ConsoleRequest, run_id: uuid.UUID, seq: int) -> HttpRespo
     busy = open_run_refusal(found)
     if busy:  # asked before the button is shown, and again (under the index) by fork_run
         return refuse(request, 409, busy)
-    if request.method == "GET":
+    if request.method in ("GET", "HEAD"):
         return render(
             request,
             "console/fork_confirm.html",

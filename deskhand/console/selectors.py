@@ -61,13 +61,20 @@ def run_cursor(run: Run) -> str:
 
 
 def parse_run_cursor(cursor: str) -> tuple[dt.datetime, uuid.UUID]:
+    """The cursor's (created_at, id), the time in UTC, or ``BadCursor``.
+
+    Python reads offsets Postgres refuses (``+20:00``: Postgres allows up to
+    ±15:59), and the query then failed as a 500 (issue 26). A cursor this console
+    wrote carries UTC; any other offset is converted to UTC here, and a time that
+    cannot be (year 1 at ``+14:00``) names no run.
+    """
     created, run_id = _decode(cursor, 2)
     try:
         when = dt.datetime.fromisoformat(created)
-        if when.tzinfo is None:
+        if when.tzinfo is None or when.utcoffset() is None:
             raise ValueError
-        return when, uuid.UUID(run_id)
-    except ValueError:
+        return when.astimezone(dt.UTC), uuid.UUID(run_id)
+    except (ValueError, OverflowError):
         raise BadCursor("cursor is not one of ours") from None
 
 

@@ -17,7 +17,7 @@ from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.utils import timezone
 from django.utils.http import url_has_allowed_host_and_scheme
-from django.views.decorators.http import require_GET, require_POST
+from django.views.decorators.http import require_POST, require_safe
 from django_htmx.http import HttpResponseStopPolling
 
 from agent.effects.selectors import findings_summary, merchant_adapters, open_findings
@@ -52,7 +52,7 @@ def redirect_back(request: HttpRequest, default: str) -> HttpResponseRedirect:
 # --- overview -------------------------------------------------------------------
 
 
-@require_GET
+@require_safe
 @login_required
 @merchant_member
 def home(request: ConsoleRequest) -> HttpResponse:
@@ -75,7 +75,7 @@ def home(request: ConsoleRequest) -> HttpResponse:
     )
 
 
-@require_GET
+@require_safe
 @login_required
 @merchant_member
 def attention_list(request: ConsoleRequest) -> HttpResponse:
@@ -89,7 +89,7 @@ def attention_list(request: ConsoleRequest) -> HttpResponse:
 # --- tickets --------------------------------------------------------------------
 
 
-@require_GET
+@require_safe
 @login_required
 @merchant_member
 def tickets(request: ConsoleRequest) -> HttpResponse:
@@ -109,7 +109,7 @@ def tickets(request: ConsoleRequest) -> HttpResponse:
     return render(request, template, {"page": page, "rows": rows, "filters": filters, "f": f})
 
 
-@require_GET
+@require_safe
 @login_required
 @merchant_member
 def ticket(request: ConsoleRequest, reference: str) -> HttpResponse:
@@ -165,7 +165,7 @@ def ticket_run(request: ConsoleRequest, reference: str) -> HttpResponse:
 # --- runs -----------------------------------------------------------------------
 
 
-@require_GET
+@require_safe
 @login_required
 @merchant_member
 def runs(request: ConsoleRequest) -> HttpResponse:
@@ -203,7 +203,7 @@ def _run_or_none(request: ConsoleRequest, run_id: uuid.UUID) -> Run | None:
     return selectors.run_get(merchant_id=request.membership.merchant_id, run_id=run_id)
 
 
-@require_GET
+@require_safe
 @login_required
 @merchant_member
 def run(request: ConsoleRequest, run_id: uuid.UUID) -> HttpResponse:
@@ -218,7 +218,7 @@ def run(request: ConsoleRequest, run_id: uuid.UUID) -> HttpResponse:
     return render(request, "console/run.html", context)
 
 
-@require_GET
+@require_safe
 @login_required
 @merchant_member
 def run_steps(request: ConsoleRequest, run_id: uuid.UUID) -> HttpResponse:
@@ -256,7 +256,7 @@ def run_steps(request: ConsoleRequest, run_id: uuid.UUID) -> HttpResponse:
     return response
 
 
-@require_GET
+@require_safe
 @login_required
 @merchant_member
 def step_sent(request: ConsoleRequest, run_id: uuid.UUID, seq: int) -> HttpResponse:
@@ -336,7 +336,7 @@ def step_undo_view(request: ConsoleRequest, run_id: uuid.UUID, seq: int) -> Http
 # --- usage ----------------------------------------------------------------------
 
 
-@require_GET
+@require_safe
 @login_required
 @merchant_member
 def usage(request: ConsoleRequest) -> HttpResponse:
@@ -356,7 +356,7 @@ def usage(request: ConsoleRequest) -> HttpResponse:
 # --- merchant -------------------------------------------------------------------
 
 
-@require_GET
+@require_safe
 @login_required
 @merchant_member
 def merchant(request: ConsoleRequest) -> HttpResponse:

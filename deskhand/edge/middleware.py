@@ -1,10 +1,18 @@
-"""Two answers at the edge, before and after the views.
+"""Answers at the edge, before and after the views.
+
+``content_length`` (the outermost middleware): every whole-body answer leaves with
+a ``Content-Length`` computed from the body it actually carries. Django's
+``CommonMiddleware`` computes it deep inside the stack; any middleware outside it
+that writes a body afterwards (as the 405 sentence below once did) left the old
+value behind, and uvicorn, seeing more bytes than declared, aborted the answer and
+dropped the connection (LESSONS #40). Computed last, the header cannot go stale.
 
 ``refuse_malformed``: a path with a control character (a NUL byte above all:
 Postgres text cannot hold one) or a query with one names nothing here. It is
 answered 400 with a sentence before any view, form or query sees it.
 
-It also gives Django's bare 405 (a GET to a POST-only action) its sentence.
+It also gives Django's bare 405 (a GET to a POST-only action) its sentence, as a
+new response rather than by editing the one it was handed.
 
 ``DatabaseUnavailableMiddleware``: a view that finds the database down or
 restarting (``OperationalError`` / ``InterfaceError``) is answered 503 with a
@@ -43,11 +51,44 @@ def malformed(request: HttpRequest) -> str | None:
 
 
 def _explain_405(response: HttpResponse) -> HttpResponse:
-    if response.status_code == 405 and not response.streaming and not response.content:
-        allowed = response.get("Allow", "POST")
-        response.content = f"This address does not take that method; it takes {allowed}.\n".encode()
-        response["Content-Type"] = "text/plain; charset=utf-8"
+    """Django's empty 405, answered again with a sentence (and the same headers)."""
+    if response.status_code != 405 or response.streaming or response.content:
+        return response
+    allowed = response.get("Allow", "POST")
+    explained = HttpResponse(
+        f"This address does not take that method; it takes {allowed}.\n",
+        status=405,
+        content_type="text/plain; charset=utf-8",
+    )
+    for name, value in response.items():
+        if name.lower() not in ("content-type", "content-length"):
+            explained[name] = value
+    explained.cookies = response.cookies
+    explained["Content-Length"] = str(len(explained.content))
+    return explained
+
+
+def _with_length(response: HttpResponse) -> HttpResponse:
+    if not response.streaming:
+        response["Content-Length"] = str(len(response.content))
     return response
+
+
+@sync_and_async_middleware
+def content_length(
+    get_response: Callable[[HttpRequest], HttpResponse | Awaitable[HttpResponse]],
+) -> Callable[[HttpRequest], HttpResponse | Awaitable[HttpResponse]]:
+    if iscoroutinefunction(get_response):
+
+        async def async_middleware(request: HttpRequest) -> HttpResponse:
+            return _with_length(await get_response(request))
+
+        return async_middleware
+
+    def middleware(request: HttpRequest) -> HttpResponse:
+        return _with_length(get_response(request))  # type: ignore[arg-type]
+
+    return middleware
 
 
 @sync_and_async_middleware

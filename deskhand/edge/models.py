@@ -11,13 +11,17 @@ class LoginFailure(models.Model):
 
     The failure that brings a pair to the limit within the window carries
     ``locks_until``: until then every sign-in for that pair is refused (429)
-    without the password being checked. Rows older than the window are deleted.
+    without the password being checked. The failure that brings the user name to
+    its own limit, counted over every address, carries ``locks_name_until``: until
+    then every sign-in for that name is refused, from anywhere. Rows older than the
+    window are deleted once no lock they carry is still running.
     """
 
     username = models.CharField(max_length=254)
     address = models.CharField(max_length=64)
     at = models.DateTimeField(default=timezone.now)
     locks_until = models.DateTimeField(null=True, blank=True)
+    locks_name_until = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         indexes = [

@@ -203,39 +203,41 @@ class WebServer:
 
 @pytest.fixture
 def web_server(tseeded) -> Iterator[WebServer]:
-    """``python -m uvicorn deskhand.asgi:application`` on a free port, on the test database."""
-    with uvicorn_on_test_database("test-web.log") as server:
+    """The web process (``manage.py web``) on a free port, on the test database."""
+    with web_process_on_test_database("test-web.log") as server:
         yield server
 
 
 @contextlib.contextmanager
-def uvicorn_on_test_database(log_name: str) -> Iterator[WebServer]:
-    """A web process of its own (uvicorn), serving the test database until the block ends."""
+def web_process_on_test_database(
+    log_name: str, env: dict[str, str] | None = None
+) -> Iterator[WebServer]:
+    """A web process of its own, started as the README starts it (``manage.py web``:
+    ``deskhand/edge/web.py``), serving the test database until the block ends.
+
+    ``env`` adds to (or overrides) the test process's environment, e.g.
+    ``DESKHAND_TRUSTED_PROXIES``.
+    """
     from tests.fixtures.dbos import test_database_url
 
     port = free_port()
     # Kept after the test, for a failure's post-mortem.
     log_path = ROOT / ".deskhand" / log_name
     log_path.parent.mkdir(parents=True, exist_ok=True)
-    env = dict(
+    full_env = dict(
         os.environ,
         DATABASE_URL=test_database_url(),
         PYTHONUNBUFFERED="1",
         DJANGO_SETTINGS_MODULE="deskhand.settings",
     )
-    env.pop("DJANGO_ALLOW_ASYNC_UNSAFE", None)  # the server keeps Django's async-safety guard
+    full_env.pop("DJANGO_ALLOW_ASYNC_UNSAFE", None)  # the server keeps Django's async-safety guard
+    full_env.update(env or {})
     log_path.write_bytes(b"")
+    # `python -m manage` is `python manage.py` (the same file, the same sys.path[0]).
     proc = forkserver.start(
-        "uvicorn",
-        [
-            "deskhand.asgi:application",
-            "--host",
-            "127.0.0.1",
-            "--port",
-            str(port),
-            "--no-access-log",
-        ],
-        env,
+        "manage",
+        ["web", "--host", "127.0.0.1", "--port", str(port), "--no-access-log"],
+        full_env,
         log_path,
     )
     server = WebServer(port, proc, log_path)

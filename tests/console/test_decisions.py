@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import html
 
 import pytest
 from django.db import connection
@@ -215,6 +216,31 @@ def test_an_owner_saves_a_rule_as_a_new_version_with_one_audit_event(seeded):
 def test_a_bad_rule_is_a_400_with_a_sentence_and_saves_nothing(seeded, data, status, sentence):
     response = client_for(NW_OWNER).post("/policy/", {**data, "action": "save"})
     assert response.status_code == status and sentence in response.content.decode()
+    assert not ApprovalPolicy.objects.exists() and not AuditEvent.objects.exists()
+
+
+@pytest.mark.parametrize(
+    ("tool", "sentence"),
+    [
+        (
+            "send_customer_email",
+            "No rule may approve send_customer_email: each call of it needs a person's "
+            "decision. Nothing was saved.",
+        ),
+        ("wire_money_abroad", "'wire_money_abroad' is not a tool a rule may cover"),
+    ],
+)
+def test_a_rule_for_a_tool_no_rule_may_approve_is_refused_on_the_page_not_dropped(
+    seeded, tool, sentence
+):
+    """Posted beside a valid rule (as a hand-edited form would): the whole save is refused
+    with a sentence on the page; before, the stray rule was dropped and the page said Saved."""
+    data = {**RULE, f"rule-{tool}-on": "1", f"rule-{tool}-max_per_day": "5", "action": "save"}
+    response = client_for(NW_OWNER).post("/policy/", data)
+    page = response.content.decode()
+    assert response.status_code == 400, page[-500:]
+    assert sentence in html.unescape(page)
+    assert "Saved" not in page
     assert not ApprovalPolicy.objects.exists() and not AuditEvent.objects.exists()
 
 

@@ -204,6 +204,7 @@ PRELOAD = (
     "tests.devtools.crashworker",
     "tests.devtools.evals.scripts",
     "uvicorn",
+    "deskhand.edge.management.commands.web",
 )
 
 

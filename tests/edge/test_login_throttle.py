@@ -24,7 +24,7 @@ from tests.console.conftest import (
     NW_OWNER,
     PASSWORD,
     WebServer,
-    uvicorn_on_test_database,
+    web_process_on_test_database,
 )
 
 COOLOFF = dt.timedelta(minutes=15)
@@ -38,7 +38,11 @@ def post_login(c: Client, password: str, username: str = NW_OWNER, **extra: str)
 
 def cool_off_passes() -> None:
     """The clock moves on by the cool-off: every failure row is 15 minutes older."""
-    LoginFailure.objects.update(at=F("at") - COOLOFF, locks_until=F("locks_until") - COOLOFF)
+    LoginFailure.objects.update(
+        at=F("at") - COOLOFF,
+        locks_until=F("locks_until") - COOLOFF,
+        locks_name_until=F("locks_name_until") - COOLOFF,
+    )
 
 
 class Browser:
@@ -53,17 +57,27 @@ class Browser:
             urllib.request.HTTPCookieProcessor(http.cookiejar.CookieJar()), _NoRedirect()
         )
 
-    def sign_in(self, server: WebServer, path: str, username: str, password: str) -> Answer:
+    def sign_in(
+        self,
+        server: WebServer,
+        path: str,
+        username: str,
+        password: str,
+        headers: dict[str, str] | None = None,
+    ) -> Answer:
         url = f"{server.url}{path}"
-        with self.opener.open(url, timeout=30) as page:
+        with self.opener.open(
+            urllib.request.Request(url, headers=headers or {}), timeout=30
+        ) as page:
             form = page.read().decode()
         token = re.search(r'name="csrfmiddlewaretoken" value="([^"]+)"', form)
         assert token, form[:2000]
         body = urllib.parse.urlencode(
             {"username": username, "password": password, "csrfmiddlewaretoken": token[1]}
         ).encode()
+        request = urllib.request.Request(url, data=body, headers=headers or {})
         try:
-            with self.opener.open(urllib.request.Request(url, data=body), timeout=60) as r:
+            with self.opener.open(request, timeout=60) as r:
                 return Answer(r.status, r.read().decode(), r.headers.get("Retry-After"))
         except urllib.error.HTTPError as e:  # 302 (not followed), 429
             return Answer(e.code, e.read().decode(), e.headers.get("Retry-After"))
@@ -85,8 +99,8 @@ class Answer:
 def two_web_processes(tseeded) -> Iterator[tuple[WebServer, WebServer]]:
     """Two uvicorn processes on the test database, each with its own memory and connections."""
     with (
-        uvicorn_on_test_database("test-web-a.log") as a,
-        uvicorn_on_test_database("test-web-b.log") as b,
+        web_process_on_test_database("test-web-a.log") as a,
+        web_process_on_test_database("test-web-b.log") as b,
     ):
         assert a.proc.pid != b.proc.pid
         yield a, b
@@ -151,6 +165,85 @@ def test_x_forwarded_for_is_ignored_without_a_trusted_proxy(seeded, fast_passwor
         assert post_login(c, "wrong", HTTP_X_FORWARDED_FOR=f"198.51.100.{i}") == 200
     assert post_login(c, PASSWORD, HTTP_X_FORWARDED_FOR="198.51.100.99") == 429
     assert set(LoginFailure.objects.values_list("address", flat=True)) == {"127.0.0.1"}
+
+
+# --- through the web process started as the README starts it ----------------------------
+
+# Three failures lock a pair here, so each test checks few (slow, real) password hashes.
+SMALL_LIMIT = {"DESKHAND_LOGIN_FAILURE_LIMIT": "3"}
+
+
+def test_a_forged_x_forwarded_for_moves_nothing_the_throttle_sees_from_an_untrusted_peer(
+    tseeded,
+):
+    """``manage.py web`` with no trusted proxy: uvicorn's own proxy handling is off, even
+    when the environment tells uvicorn to trust everyone (``FORWARDED_ALLOW_IPS=*``)."""
+    env = {**SMALL_LIMIT, "FORWARDED_ALLOW_IPS": "*", "DESKHAND_TRUSTED_PROXIES": ""}
+    with web_process_on_test_database("test-web-forged.log", env) as server:
+        browser = Browser()
+        for i in range(3):  # a new made-up address each time
+            forged = {"X-Forwarded-For": f"198.51.100.{i}", "X-Real-IP": f"198.51.100.{i}"}
+            wrong = browser.sign_in(server, "/accounts/login/", NW_OWNER, "wrong", forged)
+            assert wrong.status == 200, (i, wrong.status, server.log())
+        forged = {"X-Forwarded-For": "198.51.100.99"}
+        blocked = browser.sign_in(server, "/accounts/login/", NW_OWNER, PASSWORD, forged)
+        assert blocked.status == 429, (blocked.status, server.log())
+        assert "from this address" in blocked.body
+    assert set(LoginFailure.objects.values_list("address", flat=True)) == {"127.0.0.1"}
+
+
+def test_behind_a_trusted_proxy_the_web_process_counts_the_client_it_names(tseeded):
+    """``DESKHAND_TRUSTED_PROXIES=127.0.0.1``: the test is the proxy; each client it names
+    is counted apart, and a made-up hop in front of the proxy's own changes nothing."""
+    env = {**SMALL_LIMIT, "DESKHAND_TRUSTED_PROXIES": "127.0.0.1"}
+    with web_process_on_test_database("test-web-proxied.log", env) as server:
+        browser = Browser()
+        client = {"X-Forwarded-For": "203.0.113.5"}
+        for _ in range(3):
+            assert browser.sign_in(server, "/accounts/login/", NW_OWNER, "x", client).status == 200
+        spoofed = {"X-Forwarded-For": "192.0.2.1, 203.0.113.5"}
+        assert (
+            browser.sign_in(server, "/accounts/login/", NW_OWNER, PASSWORD, spoofed).status == 429
+        )
+        other = {"X-Forwarded-For": "203.0.113.6"}
+        assert browser.sign_in(server, "/accounts/login/", NW_OWNER, PASSWORD, other).status == 302
+    assert set(LoginFailure.objects.values_list("address", flat=True)) == {"203.0.113.5"}
+
+
+@override_settings(DESKHAND_LOGIN_NAME_FAILURE_LIMIT=30)
+def test_thirty_failures_spread_over_thirty_addresses_lock_the_name_from_everywhere(
+    seeded, fast_passwords
+):
+    c = Client()
+    for i in range(29):  # no address reaches its own limit of ten
+        assert post_login(c, "wrong", REMOTE_ADDR=f"198.51.100.{i}") == 200
+    assert post_login(c, "wrong", REMOTE_ADDR="198.51.100.29") == 200  # the thirtieth
+    blocked = c.post(
+        "/accounts/login/",
+        {"username": NW_OWNER, "password": PASSWORD},
+        REMOTE_ADDR="203.0.113.77",  # an address that never failed, with the right password
+    )
+    assert blocked.status_code == 429
+    assert "locked from everywhere" in blocked.content.decode()
+    assert 0 < int(blocked["Retry-After"]) <= COOLOFF.total_seconds()
+    # The admin's sign-in shares it; another name is not locked.
+    assert (
+        c.post(
+            "/admin/login/", {"username": NW_OWNER, "password": PASSWORD}, REMOTE_ADDR="192.0.2.8"
+        ).status_code
+        == 429
+    )
+    assert post_login(c, PASSWORD, username=NW_AGENT, REMOTE_ADDR="203.0.113.77") == 302
+    cool_off_passes()
+    assert post_login(Client(), PASSWORD, REMOTE_ADDR="203.0.113.77") == 302
+
+
+@override_settings(DESKHAND_LOGIN_NAME_FAILURE_LIMIT=30)
+def test_twenty_nine_failures_spread_over_addresses_lock_nothing(seeded, fast_passwords):
+    c = Client()
+    for i in range(29):
+        assert post_login(c, "wrong", REMOTE_ADDR=f"198.51.100.{i}") == 200
+    assert post_login(c, PASSWORD, REMOTE_ADDR="203.0.113.77") == 302
 
 
 @override_settings(DESKHAND_TRUSTED_PROXIES=["127.0.0.1"])
