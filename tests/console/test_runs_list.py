@@ -79,13 +79,13 @@ def test_a_hundred_thousand_runs_list_fast_on_an_index(seeded, django_assert_max
         first.status_code == 200 and len(run_links(first.content.decode())) == selectors.PAGE_SIZE
     )
 
-    # A page 40,000 runs deep costs what the first page costs.
+    # A page 40,000 runs deep costs what the first page costs: the same queries, and (below)
+    # a plan that walks the index from the cursor. Not a wall-clock bound: on a shared
+    # two-core box one took 1.75 s (speed lives in `make bench`, not in tests).
     deep_run = Run.objects.filter(merchant=merchant).order_by("-created_at", "-id")[40_000]
     cursor = selectors.run_cursor(deep_run)
-    t = time.monotonic()
     with django_assert_max_num_queries(11):
         deep = c.get("/runs/", {"cursor": cursor})
-    assert time.monotonic() - t < 1.0
     links = run_links(deep.content.decode())
     assert len(links) == selectors.PAGE_SIZE and str(deep_run.pk) not in links
     with django_assert_max_num_queries(11):

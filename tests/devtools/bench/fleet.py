@@ -24,7 +24,7 @@ import psutil
 
 from tests.devtools.bench.probes import Listener, Progress, commits, idle_rates, settle, until
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 def database_url(server: dict[str, Any], dbname: str) -> str:
