@@ -241,6 +241,8 @@ def wires(port: int) -> Iterator[dict[str, Wire]]:
 #   has an open run (409), {done} is finished (cancel 409), its step 1 is not undoable (409),
 #   a fork of a run still waiting is refused (400), an empty decision or note is 400. The
 #   policy form posted empty by an owner saves "no rules" (302 back to the page).
+# * Inbound mail's webhook (/inbound/…) is signed, not signed in: it answers the same to
+#   everyone, 404 "not set up" while no signing key is configured.
 # * Event streams: 403 "Sign in first." for anonymous (an EventSource cannot follow a
 #   redirect), 404 for a run of another merchant or for the auditor; HEAD is 405 there.
 
@@ -307,6 +309,10 @@ TABLE: dict[str, dict[str, str]] = {
     "/policy/": {"GET": PAGE, "HEAD": PAGE, "POST": "L 403 403 P P 403"},
     "/usage/": {"GET": PAGE, "HEAD": PAGE},
     "/merchant/": {"GET": PAGE, "HEAD": PAGE},
+    # Inbound mail's webhook takes signed posts only, from anyone; with no signing key
+    # configured (as here) it says it is not set up.
+    "/inbound/mailgun/": {"POST": "404 404 404 404 404 404"},
+    "/inbound/mailgun/mime": {"POST": "404 404 404 404 404 404"},
 }
 REDIRECTS = {
     "L": "/accounts/login/",

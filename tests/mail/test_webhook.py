@@ -129,11 +129,11 @@ def _post(url: str, fields: dict[str, str]) -> tuple[int, str]:
 def test_over_http_the_same_webhook_delivered_five_times_at_once_is_one_message(
     tseeded, monkeypatch
 ):
-    from tests.console.conftest import uvicorn_on_test_database
+    from tests.console.conftest import web_process_on_test_database
 
     monkeypatch.setenv("DESKHAND_MAILGUN_WEBHOOK_SIGNING_KEY", SIGNING_KEY)
     post = mailgun_parsed(message_id="<five-times@mail.example.org>")
-    with uvicorn_on_test_database("test-web-inbound.log") as server:
+    with web_process_on_test_database("test-web-inbound.log") as server:
         forged = dict(post, signature="f" * 64)
         assert _post(server.url + URL, forged)[0] == 403
         results: list[tuple[int, str]] = []

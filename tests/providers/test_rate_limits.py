@@ -263,8 +263,17 @@ def _child_waiting_on_the_limit(run_ids: list[str], timeout: float = 60) -> tupl
                 [run_ids],
             )
             waiting = cur.fetchall()
+            # Finished in DBOS too: a run's row says succeeded when its last step commits,
+            # a moment before DBOS records the workflow's end (a kill in between leaves it
+            # PENDING on the old version, and move_runs rightly takes it along).
+            cur.execute(
+                "SELECT count(*) FROM dbos.workflow_status WHERE workflow_uuid = ANY(%s)"
+                " AND status = 'SUCCESS'",
+                [run_ids],
+            )
+            ended = cur.fetchone()[0]
         done = Run.objects.filter(pk__in=run_ids, status="succeeded").count()
-        if len(waiting) == 1 and done == 1:
+        if len(waiting) == 1 and done == 1 and ended == 1:
             return waiting[0]
         time.sleep(0.1)
     raise AssertionError(f"no run left waiting on the model limit: {waiting}, {done} done")
