@@ -240,6 +240,23 @@ def cancel_run_workflow(run_id: str) -> WorkflowState | None:
     return workflow_states([run_id]).get(run_id)
 
 
+def workflow_state(workflow_id: str) -> WorkflowState | None:
+    """What DBOS says about one workflow right now (``None``: it does not exist).
+
+    Read straight from DBOS's own table through the Django connection, so a caller holding
+    row locks in a transaction asks without a second connection: what a person's decision
+    is checked against, because an operator may have cancelled the workflow with DBOS's
+    own tools a moment ago and our run row does not know it yet.
+    """
+    with connections["default"].cursor() as cur:
+        cur.execute(
+            "SELECT status, error FROM dbos.workflow_status WHERE workflow_uuid = %s",
+            [workflow_id],
+        )
+        row = cur.fetchone()
+    return None if row is None else WorkflowState(workflow_id, str(row[0]), _error_text(row[1]))
+
+
 def workflow_states(run_ids: list[str]) -> dict[str, WorkflowState]:
     """DBOS's view of these workflows, by id (absent ids never existed)."""
     out: dict[str, WorkflowState] = {}
