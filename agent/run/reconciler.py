@@ -9,6 +9,10 @@ open, fails runs whose workflow never came to exist (the web process died
 between creating the row and enqueueing), and re-sends recorded decisions and
 staff notes whose send never happened (same idempotency keys, so each is
 delivered once; a note that was delivered is marked and never sent again).
+What an operator does with DBOS's own tools ends truthfully here too: a fork of a run
+made with ``dbos workflow fork`` becomes a run or is refused (``agent.replay.fork``), and
+what the runs and DBOS disagree on is repaired where it can be and written up
+(``agent.run.workflow_findings``).
 It also sends the notification outbox (``approvals.outbox``): people told that
 an approval waits for them, at least once, retried with backoff.
 """
@@ -20,10 +24,20 @@ import logging
 
 from django.utils import timezone
 
-from agent.models import ACTIVE_STATUSES, OPEN_STATUSES, Run, RunStatus, StopReason
+from agent.models import (
+    ACTIVE_STATUSES,
+    OPEN_STATUSES,
+    Run,
+    RunStatus,
+    StopReason,
+    WorkflowFinding,
+    WorkflowFindingKind,
+)
+from agent.replay.fork import OUTSIDE, run_of, workflow_adopt
 from agent.run import faults
 from agent.run.services import run_cancel_confirm, run_mark_cancelled, run_mark_failed
 from agent.run.steering import note_send
+from agent.run.workflow_findings import finding_record
 from approvals.models import Approval, ApprovalStatus, StaffNote
 from approvals.notifications import notify_expiring_due
 from approvals.outbox import outbox_send_due
@@ -48,6 +62,7 @@ def reconcile(now: dt.datetime | None = None) -> dict[str, int]:
         "notes_resent": 0,
         "workflows_stopped": 0,
     }
+    counts.update(forks_made_outside())
     # Only the runs that need something: thousands parked at the gate are fine and are
     # never read into this process (one query each, in Postgres; docs/scaling.md).
     table = Run._meta.db_table
@@ -90,6 +105,45 @@ def reconcile(now: dt.datetime | None = None) -> dict[str, int]:
     counts["notes_resent"] = resend_undelivered_notes(now)
     counts.update(notifications_sweep(now))
     return counts
+
+
+def forks_made_outside() -> dict[str, int]:
+    """Forks of runs made with DBOS's own tools that are no run's yet: each is adopted as a run
+    or refused (``agent.replay.fork.workflow_adopt``), or, if it already ended, reported.
+
+    A queued fork is decided here, before any worker runs it (it may wait on a version no
+    worker serves). One that is running decides for itself as it starts. One that ended
+    without a run (a worker on an older release ran it, and it failed for want of a run)
+    is written up: it did nothing in our tables.
+    """
+    out = {"forks_adopted": 0, "forks_refused": 0, "forks_failed": 0}
+    for origin in dbos_client.forks_without_run(
+        run_table=Run._meta.db_table, finding_table=WorkflowFinding._meta.db_table
+    ):
+        if origin.status in ("ENQUEUED", "DELAYED"):
+            try:
+                adopted = workflow_adopt(origin.workflow_id)
+            except Exception:
+                log.exception("deciding DBOS fork %s failed", origin.workflow_id)
+                continue
+            out["forks_adopted" if adopted.run is not None else "forks_refused"] += 1
+        elif not origin.active:
+            parent = run_of(origin.forked_from or "")
+            finding_record(
+                workflow_id=origin.workflow_id,
+                kind=WorkflowFindingKind.FORK_FAILED,
+                forked_from=parent,
+                dbos_status=origin.status,
+                detail=(
+                    f"DBOS fork {origin.workflow_id} of run {origin.forked_from} (made by "
+                    f"{OUTSIDE}) ended {origin.status} before Deskhand adopted it"
+                    + (f" ({origin.error})" if origin.error else "")
+                    + ". It never had a run, so it wrote nothing in Deskhand's tables. To fork "
+                    "the run, use `manage.py replay <run> --fork-from <step>`."
+                ),
+            )
+            out["forks_failed"] += 1
+    return out
 
 
 def notifications_sweep(now: dt.datetime) -> dict[str, int]:

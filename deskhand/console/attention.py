@@ -9,6 +9,10 @@ A run that ended badly stays in the queue only while it is its ticket's latest r
 ticket is not resolved: re-running or resolving the ticket is what takes it off. A run
 sleeping out a model rate limit or a provider's retry-after (``Run.waiting_until``, set by
 the model step and cleared when the call proceeds) is here while it waits, with the reason.
+What was done to a run's workflow with DBOS's own tools and needs a person to know (a fork
+refused, a resumed workflow of a closed run stopped again, an open run whose workflow ended:
+``agent.run.workflow_findings``) is here until someone settles it
+(``manage.py workflow_findings --resolve``).
 
 Reads only, each bounded, each filtered by the merchant in SQL.
 """
@@ -25,7 +29,14 @@ from django.db.models import Exists, OuterRef, Q, QuerySet, Sum
 from django.db.models.functions import Coalesce
 from django.urls import reverse
 
-from agent.models import TERMINAL_STATUSES, Run, RunStatus, StopReason
+from agent.models import (
+    TERMINAL_STATUSES,
+    Run,
+    RunStatus,
+    StopReason,
+    WorkflowFinding,
+    WorkflowFindingKind,
+)
 from approvals.models import Approval, ApprovalStatus
 from deskhand.console import present
 from deskhand.desk.models import MessageKind, Order, Refund, Ticket, TicketMessage, TicketStatus
@@ -54,7 +65,7 @@ class Stake:
 class Item:
     """One row of the attention queue."""
 
-    kind: str  # "approval" | "escalated" | "run" | "provider_wait"
+    kind: str  # "approval" | "escalated" | "run" | "provider_wait" | "workflow"
     label: str  # what it is, e.g. "Approval waiting", "Ticket escalated"
     title: str  # the one line a person reads
     ticket: str  # the ticket reference
@@ -192,6 +203,20 @@ def runs_waiting_on_provider(merchant_id: int, limit: int = 100) -> list[Run]:
     )
 
 
+WORKFLOW_LABELS = {
+    WorkflowFindingKind.FORK_REFUSED: "DBOS fork refused",
+    WorkflowFindingKind.FORK_FAILED: "DBOS fork failed",
+    WorkflowFindingKind.UNKNOWN_WORKFLOW: "Unknown workflow refused",
+    WorkflowFindingKind.WORKFLOW_REVIVED: "Resumed in DBOS, stopped",
+    WorkflowFindingKind.WORKFLOW_ENDED: "Workflow ended in DBOS",
+}
+
+
+def _workflow_findings(merchant_id: int) -> QuerySet[WorkflowFinding]:
+    """Open findings about this merchant's runs' workflows (agent.run.workflow_findings)."""
+    return WorkflowFinding.objects.filter(merchant_id=merchant_id, resolved_at__isnull=True)
+
+
 def _age(since: dt.datetime, now: dt.datetime) -> str:
     return present.duration((now - since).total_seconds())
 
@@ -276,6 +301,26 @@ def attention_items(*, merchant_id: int, now: dt.datetime) -> list[Item]:
                 url=_run_url(r.pk),
             )
         )
+    for f in (
+        _workflow_findings(merchant_id)
+        .select_related("run__ticket", "forked_from__ticket")
+        .order_by("found_at")[:LIMIT]
+    ):
+        about = f.run or f.forked_from
+        if about is None:  # its run is gone (seed --reset): health still lists it
+            continue
+        items.append(
+            Item(
+                kind="workflow",
+                label=WORKFLOW_LABELS.get(WorkflowFindingKind(f.kind), f.get_kind_display()),
+                title=f.detail,
+                ticket=about.ticket.reference,
+                since=f.found_at,
+                age=_age(f.found_at, now),
+                money="—",
+                url=_run_url(about.pk),
+            )
+        )
     items.sort(key=lambda i: i.since)
     return items
 
@@ -291,6 +336,7 @@ def attention_counts(*, merchant_id: int) -> dict[str, int]:
         ).count(),
         "runs": _ended_short(merchant_id).count(),
         "provider_wait": _waiting_on_provider(merchant_id).count(),
+        "workflows": _workflow_findings(merchant_id).count(),
     }
     counts["total"] = sum(counts.values())
     return counts

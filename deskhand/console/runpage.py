@@ -28,6 +28,7 @@ def actions_signature(run: Run, pending_ids: list[str]) -> str:
 def panel_context(run: Run, membership: Membership) -> dict[str, Any]:
     """The facts and history (``panel``) and what a person can do (``actions``)."""
     approvals = selectors.run_approvals(run_id=run.pk)
+    outside = selectors.run_workflow_findings(run=run)
     started = run.started_at or run.created_at
     end = run.finished_at or (timezone.now() if run.is_open else run.updated_at)
     now = timezone.now()
@@ -62,6 +63,8 @@ def panel_context(run: Run, membership: Membership) -> dict[str, Any]:
         "actions_sig": actions_signature(run, [str(a.pk) for a, _ in pending]),
         "run_path": reverse("console:run", kwargs={"run_id": run.pk}),
         "redactions": present.redaction_views(run),
+        "workflow_findings": outside,
+        "started_outside": selectors.started_outside(outside, run),
         **forks.fork_links(run, membership),  # the lineage's links; replay is for owners
     }
 

@@ -18,7 +18,7 @@ from typing import Any
 from django.db.models import Count, OuterRef, Prefetch, Q, QuerySet, Subquery, Sum
 from django.db.models.functions import Coalesce
 
-from agent.models import Run, Step
+from agent.models import Run, Step, WorkflowFinding, WorkflowFindingKind
 from approvals.models import Approval, ApprovalPolicy, ApprovalStatus, StaffNote
 from deskhand.desk.models import Order, Ticket, TicketMessage
 
@@ -248,6 +248,21 @@ def run_notes(*, run_id: uuid.UUID | str) -> list[StaffNote]:
         .select_related("author")
         .order_by("created_at", "id")
     )
+
+
+def run_workflow_findings(*, run: Run) -> list[WorkflowFinding]:
+    """What was done to this run's workflow with DBOS's own tools, or to forks of it, and what
+    became of it (agent.run.workflow_findings), oldest first."""
+    return list(
+        WorkflowFinding.objects.filter(merchant_id=run.merchant_id)
+        .filter(Q(run_id=run.pk) | Q(forked_from_id=run.pk))
+        .order_by("found_at", "pk")[:20]
+    )
+
+
+def started_outside(findings: list[WorkflowFinding], run: Run) -> bool:
+    """Whether the run is a fork made with DBOS's own tools (nobody in Deskhand started it)."""
+    return any(f.kind == WorkflowFindingKind.FORK_ADOPTED and f.run_id == run.pk for f in findings)
 
 
 def run_refunded_cents(*, run_id: uuid.UUID | str) -> int:

@@ -316,6 +316,73 @@ def runs_with_active_workflow(*, run_table: str, status: str) -> list[str]:
         return [r[0] for r in cur.fetchall()]
 
 
+@dataclass(frozen=True)
+class WorkflowOrigin:
+    """Where a workflow came from, as DBOS records it: what a run workflow with no run is."""
+
+    workflow_id: str
+    name: str
+    status: str
+    error: str | None
+    forked_from: str | None
+    start_step: int
+    """The first DBOS step the workflow runs itself. For a fork, one past the last checkpoint
+    DBOS copied from the original (it copies every step before the fork's start step); DBOS
+    records no start step of its own. Read before the fork runs a step of its own."""
+
+    @property
+    def active(self) -> bool:
+        return self.status in ACTIVE_WORKFLOW_STATES
+
+
+def workflow_origin(workflow_id: str) -> WorkflowOrigin | None:
+    """What DBOS records of where this workflow came from (``None``: it does not exist)."""
+    with connections["default"].cursor() as cur:
+        cur.execute(
+            "SELECT w.name, w.status, w.error, w.forked_from,"
+            " (SELECT coalesce(max(o.function_id), 0) FROM dbos.operation_outputs o"
+            "  WHERE o.workflow_uuid = w.workflow_uuid)"
+            " FROM dbos.workflow_status w WHERE w.workflow_uuid = %s",
+            [workflow_id],
+        )
+        row = cur.fetchone()
+    if row is None:
+        return None
+    name, status, error, forked_from, last_copied = row
+    return WorkflowOrigin(
+        workflow_id, str(name), str(status), _error_text(error), forked_from, int(last_copied) + 1
+    )
+
+
+# A run's id is a UUID; a workflow id may be any text (``dbos workflow fork -f <id>``).
+_AS_RUN_ID = (
+    "CASE WHEN w.workflow_uuid ~ '^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-"
+    "[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$' THEN w.workflow_uuid::uuid END"
+)
+
+
+def forks_without_run(*, run_table: str, finding_table: str) -> list[WorkflowOrigin]:
+    """Run workflows forked with DBOS's own tools that are no run's and nobody has reported yet.
+
+    A fork Deskhand makes (``replay --fork-from``) has its run before DBOS has the fork;
+    one made with ``dbos workflow fork`` or a client has none until Deskhand adopts it.
+    Through DBOS's partial index on ``forked_from`` and the runs' primary key: forks are few.
+    """
+    with connections["default"].cursor() as cur:
+        cur.execute(
+            "SELECT w.workflow_uuid FROM dbos.workflow_status w"
+            " WHERE w.forked_from IS NOT NULL AND w.name = %s"
+            f' AND NOT EXISTS (SELECT 1 FROM "{run_table}" r WHERE r.id = {_AS_RUN_ID})'
+            f' AND NOT EXISTS (SELECT 1 FROM "{finding_table}" f'
+            " WHERE f.workflow_id = w.workflow_uuid)"
+            " ORDER BY w.created_at LIMIT 500",
+            [RUN_WORKFLOW],
+        )
+        ids = [r[0] for r in cur.fetchall()]
+    origins = (workflow_origin(wid) for wid in ids)
+    return [o for o in origins if o is not None]
+
+
 def active_runs_with_step(step_name: str) -> int:
     """How many run workflows that can still act have a checkpoint named ``step_name``."""
     with connections["default"].cursor() as cur:

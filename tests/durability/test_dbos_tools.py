@@ -13,18 +13,20 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
+from django.db import connection
 from django.test import Client
 
-from agent.models import Run
+from agent.models import Run, Step, WorkflowFinding
 from agent.run.reconciler import reconcile
 from approvals.models import Approval, AuditEvent
 from deskhand.dbos import client as dbos_client
 from deskhand.desk.models import Refund
-from tests.durability.helpers import pending_approval, start, user
-from tests.fixtures.dbos import ROOT, test_database_url, wait_parked
+from tests.durability.helpers import decide, pending_approval, start, user
+from tests.fixtures.dbos import ROOT, test_database_url, wait_parked, wait_terminal
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -88,3 +90,169 @@ def test_a_decision_on_a_run_whose_workflow_dbos_cancelled_is_refused_at_once(db
     run.refresh_from_db()
     assert run.status == "cancelled" and "outside Deskhand" in run.stop_detail
     assert Approval.objects.get(pk=approval.pk).status == "withdrawn"
+
+
+# --- dbos workflow fork ------------------------------------------------------------------
+
+
+def finished_nw1() -> Run:
+    """NW-1 worked to its end: the refund approved and made, the ticket resolved."""
+    run = wait_parked(str(start("NW-1", OWNER).id))
+    decide(run, OWNER)
+    return wait_terminal(str(run.pk))
+
+
+def dbos_step_of(run: Run, **match: object) -> tuple[int, int]:
+    """(step-log seq, DBOS function id) of the run's last step matching ``match``."""
+    step = Step.objects.filter(run=run, **match).order_by("-seq").first()
+    assert step is not None and step.function_id is not None, match
+    return step.seq, step.function_id
+
+
+def fork_of(run: Run, *args: str) -> str:
+    """``dbos workflow fork`` of the run; the fork's workflow id, as DBOS printed it."""
+    return json.loads(dbos("fork", str(run.pk), *args).stdout)["workflow_id"]
+
+
+def findings(**match: object) -> list[WorkflowFinding]:
+    return list(WorkflowFinding.objects.filter(**match).order_by("pk"))
+
+
+def test_a_dbos_fork_of_a_finished_run_becomes_a_run_with_its_lineage(dbos_executor):
+    parent = finished_nw1()
+    seq, start_step = dbos_step_of(parent, kind="model", seq__lt=8)  # the turn that asked to refund
+    fork_id = fork_of(parent, "--step", str(start_step))
+
+    # Whoever decides first — the workflow as it starts, or one reconciler pass — it is a run.
+    reconcile()
+    fork = wait_terminal(fork_id)
+    assert (fork.forked_from_id, fork.fork_step) == (parent.pk, seq)
+    assert (fork.ticket_id, fork.merchant_id, fork.prompt) == (
+        parent.ticket_id,
+        parent.merchant_id,
+        parent.prompt,
+    )
+    assert fork.started_by is None and fork.status == "succeeded"
+    # Its effects were answered from the lineage's ledger: asked nothing, paid nothing again.
+    assert not Approval.objects.filter(run=fork).exists()
+    assert Refund.objects.filter(run__ticket=parent.ticket).count() == 1
+    assert "Inherited from the lineage (already done, not repeated)" in fork.summary
+    assert fork.step_log.order_by("seq").first().seq == seq  # its own steps start at the fork
+    event = AuditEvent.objects.get(run=fork, action="run.fork")
+    assert event.actor is None and event.detail["dbos_start_step"] == start_step
+    (adopted,) = findings(workflow_id=fork_id)
+    assert (adopted.kind, adopted.run_id, adopted.forked_from_id) == (
+        "fork_adopted",
+        fork.pk,
+        parent.pk,
+    )
+    assert adopted.resolved_at is not None  # nothing for a person to do
+
+    # What became of it, where people look.
+    report = json.loads(manage("health", "--json").stdout)
+    recent = {f["workflow_id"]: f for f in report["workflows"]["recent"]}
+    assert recent[fork_id]["kind"] == "fork_adopted" and recent[fork_id]["run_id"] == fork_id
+    assert f"became run {fork_id}" in recent[fork_id]["detail"]
+    assert report["workflows"]["open"] == 0
+    web = Client()
+    web.force_login(user(OWNER))
+    assert fork_id in web.get("/runs/").content.decode()
+    page = web.get(f"/runs/{fork_id}/").content.decode()
+    assert f"{parent.pk}</a> at step {seq}" in page  # Forked from
+    assert "DBOS, outside Deskhand (a fork)" in page
+    assert f"became run {fork_id}" in web.get(f"/runs/{parent.pk}/").content.decode()
+
+
+def test_a_dbos_fork_replay_would_refuse_is_cancelled_and_shown_for_a_person(dbos_executor):
+    parent = finished_nw1()
+    seq, start_step = dbos_step_of(parent, kind="tool", tool="issue_refund")
+    # On a version no worker serves: the reconciler, not the workflow, must decide it.
+    fork_id = fork_of(parent, "--step", str(start_step), "--application-version", "nobody-1")
+    counts = reconcile()
+    assert counts["forks_refused"] == 1 and counts["forks_adopted"] == 0
+
+    assert not Run.objects.filter(pk=fork_id).exists()
+    assert dbos_client.workflow_state(fork_id).status == "CANCELLED"
+    (refused,) = findings(workflow_id=fork_id)
+    assert refused.kind == "fork_refused" and refused.resolved_at is None
+    assert refused.forked_from_id == parent.pk and refused.merchant_id == parent.merchant_id
+    why = f"step {seq} (issue_refund) is an approved irreversible effect of the original run"
+    assert why in refused.detail and "DBOS cancelled it, so it did nothing" in refused.detail
+    assert "--fork-from" in refused.detail
+    assert reconcile()["forks_refused"] == 0  # decided once
+
+    report = json.loads(manage("health", "--json").stdout)
+    assert report["ok"] is False and report["workflows"]["open"] == 1
+    assert report["workflows"]["by_kind"] == {"fork_refused": 1}
+    assert why in report["workflows"]["findings"][0]["detail"]
+    web = Client()
+    web.force_login(user(OWNER))
+    queue = web.get("/attention/").content.decode()
+    assert "DBOS fork refused" in queue and why in queue
+    assert (
+        "DBOS fork refused" not in client_for_other_merchant().get("/attention/").content.decode()
+    )
+
+    settle = manage(
+        "workflow_findings", "--resolve", str(refused.pk), "--note", "told ops", "--by", OWNER
+    )
+    assert settle.returncode == 0, settle.stderr
+    assert "DBOS fork refused" not in web.get("/attention/").content.decode()
+    again = manage("workflow_findings", "--resolve", str(refused.pk), "--note", "x", "--by", OWNER)
+    assert again.returncode != 0 and "already settled" in again.stderr
+
+
+def test_a_dbos_fork_at_an_approval_request_is_refused_with_where_it_may_start(dbos_executor):
+    parent = finished_nw1()
+    seq, request = dbos_step_of(parent, kind="approval", seq__lt=9)
+    fork_id = fork_of(parent, "--step", str(request))  # the workflow itself decides, as it starts
+    refused = wait_for_finding(fork_id)
+    assert refused.kind == "fork_refused"
+    lookup = request - 1  # the ledger lookup just before the request
+    assert f"starts at the ledger lookup before it, DBOS step {lookup}" in refused.detail
+    assert f"{lookup} (step {seq}, issue_refund)" in refused.detail  # where it may start instead
+    assert dbos_client.workflow_state(fork_id).status == "CANCELLED"
+    assert not Run.objects.filter(pk=fork_id).exists()
+
+
+def test_a_dbos_fork_while_the_ticket_has_an_open_run_is_refused(dbos_executor):
+    parked = wait_parked(str(start("NW-1", OWNER).id))
+    _, start_step = dbos_step_of(parked, kind="model", seq=1)
+    fork_id = fork_of(parked, "--step", str(start_step))
+    refused = wait_for_finding(fork_id)
+    assert refused.kind == "fork_refused" and "already has an open run" in refused.detail
+    assert Run.objects.get(pk=parked.pk).status == "awaiting_approval"  # untouched
+
+
+def test_a_dbos_fork_that_failed_before_deskhand_saw_it_is_reported(dbos_executor):
+    parent = finished_nw1()
+    _, start_step = dbos_step_of(parent, kind="model", seq=1)
+    fork_id = fork_of(parent, "--step", str(start_step), "--application-version", "nobody-1")
+    with connection.cursor() as cur:  # as a worker of an older release left it: no run, failed
+        cur.execute(
+            "UPDATE dbos.workflow_status SET status = 'ERROR', error = %s WHERE workflow_uuid = %s",
+            ['{"message": "Run matching query does not exist."}', fork_id],
+        )
+    assert reconcile()["forks_failed"] == 1
+    (failed,) = findings(workflow_id=fork_id)
+    assert failed.kind == "fork_failed" and failed.resolved_at is None
+    assert "ended ERROR before Deskhand adopted it (Run matching query does not exist.)" in (
+        failed.detail
+    )
+    assert reconcile()["forks_failed"] == 0
+
+
+def wait_for_finding(workflow_id: str, timeout: float = 60) -> WorkflowFinding:
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        found = WorkflowFinding.objects.filter(workflow_id=workflow_id).first()
+        if found is not None:
+            return found
+        time.sleep(0.1)
+    raise AssertionError(f"nothing recorded about workflow {workflow_id} in {timeout}s")
+
+
+def client_for_other_merchant() -> Client:
+    web = Client()
+    web.force_login(user("owner@lumen.test"))
+    return web
