@@ -35,7 +35,13 @@ from agent.models import (
 )
 from agent.replay.fork import OUTSIDE, run_of, workflow_adopt
 from agent.run import faults
-from agent.run.services import run_cancel_confirm, run_mark_cancelled, run_mark_failed
+from agent.run.services import (
+    run_amend_summary,
+    run_cancel_confirm,
+    run_mark_cancelled,
+    run_mark_failed,
+    run_take_workflow_end,
+)
 from agent.run.steering import note_send
 from agent.run.workflow_findings import finding_record
 from approvals.models import Approval, ApprovalStatus, StaffNote
@@ -47,6 +53,11 @@ from deskhand.dbos import client as dbos_client
 log = logging.getLogger(__name__)
 
 ENQUEUE_GRACE = dt.timedelta(seconds=30)
+# A run's last step closes it a moment before DBOS records its workflow's end: a resumed
+# workflow still active this long after its run closed is not that run's own ending.
+REVIVAL_GRACE = dt.timedelta(seconds=30)
+# How far back the reconciler looks for workflows that ended long after their run closed.
+REVIVAL_LOOKBACK = dt.timedelta(minutes=15)
 # A decision or note younger than this may still have its own send in flight.
 SEND_GRACE = dt.timedelta(seconds=2)
 
@@ -61,6 +72,8 @@ def reconcile(now: dt.datetime | None = None) -> dict[str, int]:
         "resent": 0,
         "notes_resent": 0,
         "workflows_stopped": 0,
+        "workflows_ended": 0,
+        "revived_ended": 0,
     }
     counts.update(forks_made_outside())
     # Only the runs that need something: thousands parked at the gate are fine and are
@@ -84,7 +97,13 @@ def reconcile(now: dt.datetime | None = None) -> dict[str, int]:
         run_statuses=[str(s) for s in OPEN_STATUSES if s != RunStatus.CANCELLING],
     )
     for run_id, wf in troubled.items():
-        if wf.status == "ERROR":
+        was = Run.objects.filter(pk=run_id).values_list("status", flat=True).first()
+        if wf.status == "SUCCESS":
+            ended = run_take_workflow_end(run_id=run_id, output=dbos_client.workflow_output(run_id))
+            if ended is not None:
+                counts["workflows_ended"] += 1
+                _report_ended(run_id, was or "", "SUCCESS", f"the run took its end: {ended}")
+        elif wf.status == "ERROR":
             if run_mark_failed(
                 run_id=run_id, reason=StopReason.ERROR, detail=f"workflow failed: {wf.error}"[:2000]
             ):
@@ -100,7 +119,15 @@ def reconcile(now: dt.datetime | None = None) -> dict[str, int]:
             run_id=run_id, by="DBOS (the workflow was cancelled outside Deskhand)"
         ):
             counts["cancelled"] += 1
-    counts["workflows_stopped"] = stop_workflows_of_cancelled_runs()
+            _report_ended(
+                run_id,
+                was or "",
+                "CANCELLED",
+                "the run was recorded cancelled, its pending approvals withdrawn and its summary "
+                "written from the ledger",
+            )
+    counts["workflows_stopped"] = stop_workflows_of_closed_runs(now)
+    counts["revived_ended"] = report_workflows_ended_after_close(now)
     counts["resent"] = resend_undelivered(now)
     counts["notes_resent"] = resend_undelivered_notes(now)
     counts.update(notifications_sweep(now))
@@ -165,24 +192,96 @@ def notifications_sweep(now: dt.datetime) -> dict[str, int]:
     }
 
 
-def stop_workflows_of_cancelled_runs() -> int:
-    """Cancel any workflow DBOS still holds active for a run recorded ``cancelled``.
+def _report_ended(run_id: str, was: str, status: str, what: str) -> None:
+    """An open run whose workflow DBOS ended outside Deskhand: say so where people look."""
+    finding_record(
+        workflow_id=run_id,
+        kind=WorkflowFindingKind.WORKFLOW_ENDED,
+        run=Run.objects.get(pk=run_id),
+        dbos_status=status,
+        detail=(
+            f"DBOS ended the workflow of run {run_id} ({status}) while the run was {was}, "
+            f"outside Deskhand (e.g. `dbos workflow cancel`): {what}."
+        ),
+    )
 
-    Since cancels wait for DBOS's confirmation none should exist; this sweeps the
-    runs an older release marked cancelled while its cancel call failed.
+
+def _report_revived(run_id: str, how: str, status: str) -> None:
+    """A closed run whose workflow DBOS ran again: a finding, and a line on the run itself."""
+    run = Run.objects.get(pk=run_id)
+    line = (
+        f"DBOS ran this run's workflow again after the run was closed ({run.status}), outside "
+        "Deskhand (e.g. `dbos workflow resume`). A closed run is never revived — no step acts "
+        f"for it and the model is not called — {how}."
+    )
+    finding_record(
+        workflow_id=run_id,
+        kind=WorkflowFindingKind.WORKFLOW_REVIVED,
+        run=run,
+        dbos_status=status,
+        detail=(
+            f"Run {run_id}: {line} To work ticket {run.ticket.reference} again, start a new run, "
+            f"or fork this one: `manage.py replay {run_id} --fork-from <step>`."
+        ),
+    )
+    run_amend_summary(run_id=run_id, line=line)
+
+
+def stop_workflows_of_closed_runs(now: dt.datetime) -> int:
+    """Cancel any workflow DBOS holds active for a closed run, and say so.
+
+    A run is closed only once its workflow can no longer act (a cancel waits for DBOS's
+    confirmation; a run's own last step closes it). A workflow active behind a cancelled run
+    was run again from outside — ``dbos workflow resume`` — or left by an older release whose
+    cancel call failed: stopped at once. Behind another closed run, only a resumed one (on
+    DBOS's internal queue) closed ``REVIVAL_GRACE`` ago: a run's own workflow, or one
+    recovered after a crash, is ending on its own and is left to end.
     """
+    table = Run._meta.db_table
+    closed = {
+        **dbos_client.runs_with_active_workflow(
+            run_table=table, statuses=[str(RunStatus.CANCELLED)]
+        ),
+        **dbos_client.runs_with_active_workflow(
+            run_table=table,
+            statuses=[str(RunStatus.SUCCEEDED), str(RunStatus.FAILED), str(RunStatus.EXHAUSTED)],
+            finished_before=now - REVIVAL_GRACE,
+            resumed_only=True,
+        ),
+    }
     stopped = 0
-    for pk in dbos_client.runs_with_active_workflow(
-        run_table=Run._meta.db_table, status=str(RunStatus.CANCELLED)
-    ):
+    for run_id, wf in closed.items():
         try:
-            state = dbos_client.cancel_run_workflow(str(pk))
+            state = dbos_client.cancel_run_workflow(run_id)
         except Exception:
-            log.exception("cancelling the workflow of cancelled run %s failed", pk)
+            log.exception("cancelling the workflow of closed run %s failed", run_id)
             continue
         if state is None or not state.active:
             stopped += 1
+            _report_revived(
+                run_id,
+                f"so Deskhand cancelled the workflow again (it was {wf.status})",
+                "CANCELLED",
+            )
     return stopped
+
+
+def report_workflows_ended_after_close(now: dt.datetime) -> int:
+    """Closed runs whose workflow ran again and ended before a pass saw it active: reported,
+    and the run's summary says it did nothing more. Only recent endings are read."""
+    ended = dbos_client.runs_whose_workflow_ended_later(
+        run_table=Run._meta.db_table,
+        statuses=[str(s) for s in (RunStatus.SUCCEEDED, RunStatus.FAILED, RunStatus.EXHAUSTED)]
+        + [str(RunStatus.CANCELLED)],
+        since=now - REVIVAL_LOOKBACK,
+        finding_table=WorkflowFinding._meta.db_table,
+        finding_kind=str(WorkflowFindingKind.WORKFLOW_REVIVED),
+    )
+    for run_id, wf in ended.items():
+        _report_revived(
+            run_id, f"and the workflow ended {wf.status} having done nothing more", wf.status
+        )
+    return len(ended)
 
 
 def resend_undelivered(now: dt.datetime | None = None) -> int:

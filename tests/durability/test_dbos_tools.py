@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -21,6 +22,7 @@ from django.db import connection
 from django.test import Client
 
 from agent.models import Run, Step, WorkflowFinding
+from agent.run import faults, services
 from agent.run.reconciler import reconcile
 from approvals.models import Approval, AuditEvent
 from deskhand.dbos import client as dbos_client
@@ -256,3 +258,108 @@ def client_for_other_merchant() -> Client:
     web = Client()
     web.force_login(user("owner@lumen.test"))
     return web
+
+
+# --- dbos workflow cancel and resume ------------------------------------------------------
+
+
+def wait_workflow(run_id: str, predicate, timeout: float = 60) -> str:
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        state = dbos_client.workflow_state(run_id)
+        if state is not None and predicate(state):
+            return state.status
+        time.sleep(0.1)
+    raise AssertionError(f"workflow {run_id} is {dbos_client.workflow_state(run_id)}")
+
+
+def test_a_dbos_cancel_then_resume_of_a_parked_run_never_revives_it_and_says_so(dbos_executor):
+    run = wait_parked(str(start("NW-1", OWNER).id))
+    dbos("cancel", str(run.pk))
+    assert reconcile()["cancelled"] == 1
+    run.refresh_from_db()
+    assert run.status == "cancelled"
+    (ended,) = findings(workflow_id=str(run.pk))
+    assert ended.kind == "workflow_ended" and ended.dbos_status == "CANCELLED"
+    assert "while the run was awaiting_approval, outside Deskhand" in ended.detail
+
+    dbos("resume", str(run.pk))
+    wait_workflow(str(run.pk), lambda s: s.status == "PENDING")  # back at its gate, waiting
+    assert reconcile()["workflows_stopped"] == 1
+    assert dbos_client.workflow_state(str(run.pk)).status == "CANCELLED"
+    run.refresh_from_db()
+    assert run.status == "cancelled"  # a closed run is never revived
+    assert "Later: DBOS ran this run's workflow again after the run was closed" in run.summary
+    assert "so Deskhand cancelled the workflow again" in run.summary
+    revived = WorkflowFinding.objects.get(workflow_id=str(run.pk), kind="workflow_revived")
+    assert revived.is_open and "`manage.py replay" in revived.detail
+    assert not Refund.objects.filter(run=run).exists()
+
+    report = json.loads(manage("health", "--json").stdout)
+    assert report["workflows"]["by_kind"] == {"workflow_ended": 1, "workflow_revived": 1}
+    web = Client()
+    web.force_login(user(OWNER))
+    queue = web.get("/attention/").content.decode()
+    assert "Resumed in DBOS, stopped" in queue and "Workflow ended in DBOS" in queue
+    assert "ran this run&#x27;s workflow again" in web.get(f"/runs/{run.pk}/").content.decode()
+    assert reconcile()["workflows_stopped"] == 0 and reconcile()["revived_ended"] == 0
+
+
+def test_a_resumed_workflow_that_ended_before_a_pass_is_reported_and_the_run_stays_closed(
+    dbos_executor,
+):
+    """Cancelled mid-turn; resumed, its workflow runs to its end in a moment (every step
+    refuses for a closed run): DBOS says SUCCESS, the run says cancelled — and now says why."""
+    entered, release = threading.Event(), threading.Event()
+
+    def hold() -> None:
+        entered.set()
+        assert release.wait(60)
+
+    faults.install("before_step", "model", hold)
+    try:
+        run = start("NW-1", OWNER)
+        assert entered.wait(60), "the first model step never started"
+        run = services.run_cancel(run=Run.objects.get(pk=run.pk), user=user(OWNER))
+        assert run.status == "cancelled"
+    finally:
+        faults.clear()
+        release.set()
+    wait_workflow(str(run.pk), lambda s: not s.active)
+
+    dbos("resume", str(run.pk))
+    assert wait_workflow(str(run.pk), lambda s: s.status == "SUCCESS") == "SUCCESS"
+    counts = reconcile()
+    assert counts["revived_ended"] == 1 and counts["workflows_stopped"] == 0
+    run.refresh_from_db()
+    assert (run.status, run.stop_reason) == ("cancelled", "cancelled")
+    assert "ended SUCCESS having done nothing more" in run.summary
+    assert Step.objects.filter(run=run, kind="model").count() == 0  # the model was not called
+    (revived,) = findings(workflow_id=str(run.pk))
+    assert revived.kind == "workflow_revived" and revived.dbos_status == "SUCCESS"
+    assert reconcile()["revived_ended"] == 0  # reported once
+
+
+def test_dbos_internal_queue_name_is_the_one_deskhand_reads():
+    from dbos._utils import INTERNAL_QUEUE_NAME
+
+    assert dbos_client.DBOS_INTERNAL_QUEUE == INTERNAL_QUEUE_NAME
+
+
+def test_an_open_run_whose_workflow_dbos_says_ended_takes_that_end(dbos_executor):
+    run = wait_parked(str(start("NW-1", OWNER).id))
+    dbos("cancel", str(run.pk))
+    with connection.cursor() as cur:  # DBOS now says it ended, though the run never closed
+        cur.execute(
+            "UPDATE dbos.workflow_status SET status = 'SUCCESS' WHERE workflow_uuid = %s",
+            [str(run.pk)],
+        )
+    assert reconcile()["workflows_ended"] == 1
+    run.refresh_from_db()
+    assert (run.status, run.stop_reason) == ("failed", "error")
+    assert "its workflow ended in DBOS (SUCCESS) without closing the run" in run.summary
+    assert "No money moved" in run.summary
+    assert Approval.objects.get(run=run).status == "expired"
+    (ended,) = findings(workflow_id=str(run.pk))
+    assert ended.kind == "workflow_ended" and "the run took its end: failed" in ended.detail
+    assert reconcile()["workflows_ended"] == 0
