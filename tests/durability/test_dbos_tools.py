@@ -15,6 +15,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -29,6 +30,7 @@ from deskhand.dbos import client as dbos_client
 from deskhand.desk.models import Refund
 from tests.durability.helpers import decide, pending_approval, start, user
 from tests.fixtures.dbos import ROOT, test_database_url, wait_parked, wait_terminal
+from tests.support.messages_api import DEFAULT_KEY, MessagesApi
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -363,3 +365,36 @@ def test_an_open_run_whose_workflow_dbos_says_ended_takes_that_end(dbos_executor
     (ended,) = findings(workflow_id=str(run.pk))
     assert ended.kind == "workflow_ended" and "the run took its end: failed" in ended.detail
     assert reconcile()["workflows_ended"] == 0
+
+
+@pytest.fixture
+def api(settings) -> Iterator[MessagesApi]:
+    """The anthropic provider against the strict Messages-API double (``end_turn`` to every
+    call), so each model call is a rate-limited child workflow (``deskhand.limited_call``)."""
+    from agent.providers.anthropic import clear_clients
+
+    with MessagesApi() as double:
+        settings.ANTHROPIC_API_KEY = DEFAULT_KEY
+        settings.ANTHROPIC_BASE_URL = double.url
+        settings.ANTHROPIC_MODEL = "claude-sonnet-4-6"
+        yield double
+    clear_clients()
+
+
+def test_a_dbos_fork_of_a_runs_model_call_is_refused_and_calls_nothing(dbos_executor, api):
+    run = wait_terminal(str(start("NW-1", OWNER).id))  # the double answers end_turn: one call
+    assert run.status == "succeeded" and len(api.requests) == 1
+    with connection.cursor() as cur:
+        cur.execute(
+            "SELECT child_workflow_id FROM dbos.operation_outputs WHERE workflow_uuid = %s"
+            " AND function_name = 'deskhand.limited_call'",
+            [str(run.pk)],
+        )
+        (child,) = (r[0] for r in cur.fetchall())
+    fork_id = json.loads(dbos("fork", child, "--step", "1").stdout)["workflow_id"]
+    refused = wait_for_finding(fork_id)
+    assert refused.kind == "fork_refused" and refused.forked_from_id == run.pk
+    assert f"is a model call of run {run.pk}" in refused.detail
+    assert wait_workflow(fork_id, lambda s: not s.active) == "CANCELLED"
+    assert len(api.requests) == 1  # the model was not called again
+    assert Step.objects.get(run=run, kind="model").attempts == 1  # nor its cost added
