@@ -39,7 +39,15 @@ from agent.models import (
 )
 from approvals.models import Approval, ApprovalStatus
 from deskhand.console import present
-from deskhand.desk.models import MessageKind, Order, Refund, Ticket, TicketMessage, TicketStatus
+from deskhand.desk.models import (
+    MessageKind,
+    Order,
+    Refund,
+    RefundStatus,
+    Ticket,
+    TicketMessage,
+    TicketStatus,
+)
 
 LIMIT = 100  # per kind: a queue longer than this is a page to filter, not to scroll
 
@@ -132,22 +140,27 @@ def approval_stake(approval: Approval, currency: str = "USD") -> Stake | None:
 
 
 def run_money(*, merchant_id: int, runs: list[Run]) -> dict[uuid.UUID, str]:
-    """For the runs list: what each run refunded, else what its open ticket has at stake."""
+    """For the runs list: what each run refunded (money moved and confirmed, and apart from it
+    money still in flight at a payment provider), else what its open ticket has at stake."""
     if not runs:
         return {}
-    refunded = {
-        row["run_id"]: (int(row["total"]), row["currency"])
-        for row in Refund.objects.filter(merchant_id=merchant_id, run_id__in=[r.pk for r in runs])
-        .values("run_id", "currency")
+    refunded: dict[uuid.UUID, list[str]] = {}
+    for row in (
+        Refund.objects.filter(merchant_id=merchant_id, run_id__in=[r.pk for r in runs])
+        .values("run_id", "currency", "status")
         .annotate(total=Sum("amount_cents"))
-    }
+        .order_by("run_id", "-status")  # succeeded before pending
+    ):
+        money = present.cents(int(row["total"]), row["currency"])
+        refunded.setdefault(row["run_id"], []).append(
+            f"{money} in flight" if row["status"] == RefundStatus.PENDING else f"{money} refunded"
+        )
     open_tickets = {r.ticket_id: r.ticket for r in runs if r.ticket.status != TicketStatus.RESOLVED}
     stakes = ticket_stakes(merchant_id=merchant_id, tickets=list(open_tickets.values()))
     out: dict[uuid.UUID, str] = {}
     for r in runs:
         if r.pk in refunded:
-            total, currency = refunded[r.pk]
-            out[r.pk] = f"{present.cents(total, currency)} refunded"
+            out[r.pk] = ", ".join(refunded[r.pk])
         elif r.ticket_id in stakes:
             out[r.pk] = f"{stakes[r.ticket_id]} at stake"
         else:

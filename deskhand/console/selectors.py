@@ -20,7 +20,7 @@ from django.db.models.functions import Coalesce
 
 from agent.models import Run, Step, WorkflowFinding, WorkflowFindingKind
 from approvals.models import Approval, ApprovalPolicy, ApprovalStatus, StaffNote
-from deskhand.desk.models import Order, Ticket, TicketMessage
+from deskhand.desk.models import Order, RefundStatus, Ticket, TicketMessage
 
 PAGE_SIZE = 50
 INBOX_LIMIT = 100
@@ -128,7 +128,7 @@ def ticket_get(*, merchant_id: int, reference: str) -> Ticket | None:
 def ticket_orders(*, merchant_id: int, customer_id: int, limit: int = 10) -> list[Order]:
     return list(
         Order.objects.filter(merchant_id=merchant_id, customer_id=customer_id)
-        .annotate(refunded=Coalesce(Sum("refunds__amount_cents"), 0))
+        .annotate(**refund_figures())
         .order_by("-placed_at", "-id")[:limit]
     )
 
@@ -265,10 +265,17 @@ def started_outside(findings: list[WorkflowFinding], run: Run) -> bool:
     return any(f.kind == WorkflowFindingKind.FORK_ADOPTED and f.run_id == run.pk for f in findings)
 
 
-def run_refunded_cents(*, run_id: uuid.UUID | str) -> int:
-    return int(
-        Run.objects.filter(pk=run_id).aggregate(t=Coalesce(Sum("refunds__amount_cents"), 0))["t"]
-    )
+def refund_figures() -> dict[str, Any]:
+    """Per order: ``refunded`` (money moved and confirmed) and ``in_flight`` (claimed at a
+    payment provider that has not confirmed it: it may have moved), integer cents."""
+    return {
+        "refunded": Coalesce(
+            Sum("refunds__amount_cents", filter=Q(refunds__status=RefundStatus.SUCCEEDED)), 0
+        ),
+        "in_flight": Coalesce(
+            Sum("refunds__amount_cents", filter=Q(refunds__status=RefundStatus.PENDING)), 0
+        ),
+    }
 
 
 def open_run_counts(*, merchant_id: int) -> dict[str, int]:
@@ -308,7 +315,7 @@ def pending_approvals(*, merchant_id: int, limit: int = INBOX_LIMIT) -> list[Inb
     orders = {
         o.reference: o
         for o in Order.objects.filter(merchant_id=merchant_id, reference__in=refs).annotate(
-            refunded=Coalesce(Sum("refunds__amount_cents"), 0)
+            **refund_figures()
         )
     }
     return [
@@ -349,7 +356,7 @@ def order_facts(*, merchant_id: int, arguments: Any) -> Order | None:
         return None
     return (
         Order.objects.filter(merchant_id=merchant_id, reference=str(ref))
-        .annotate(refunded=Coalesce(Sum("refunds__amount_cents"), 0))
+        .annotate(**refund_figures())
         .first()
     )
 
