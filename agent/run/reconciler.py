@@ -27,6 +27,7 @@ from django.utils import timezone
 from agent.models import (
     ACTIVE_STATUSES,
     OPEN_STATUSES,
+    TERMINAL_STATUSES,
     Run,
     RunStatus,
     StopReason,
@@ -56,7 +57,8 @@ ENQUEUE_GRACE = dt.timedelta(seconds=30)
 # A run's last step closes it a moment before DBOS records its workflow's end: a resumed
 # workflow still active this long after its run closed is not that run's own ending.
 REVIVAL_GRACE = dt.timedelta(seconds=30)
-# How far back the reconciler looks for workflows that ended long after their run closed.
+# How far back the reconciler looks for workflows that ran again after their run closed and
+# have ended since (DBOS's index on completed_at keeps it to recent endings).
 REVIVAL_LOOKBACK = dt.timedelta(minutes=15)
 # A decision or note younger than this may still have its own send in flight.
 SEND_GRACE = dt.timedelta(seconds=2)
@@ -201,7 +203,9 @@ def _report_ended(run_id: str, was: str, status: str, what: str) -> None:
         dbos_status=status,
         detail=(
             f"DBOS ended the workflow of run {run_id} ({status}) while the run was {was}, "
-            f"outside Deskhand (e.g. `dbos workflow cancel`): {what}."
+            "outside Deskhand"
+            + (" (e.g. `dbos workflow cancel`)" if status == "CANCELLED" else "")
+            + f": {what}."
         ),
     )
 
@@ -210,9 +214,10 @@ def _report_revived(run_id: str, how: str, status: str) -> None:
     """A closed run whose workflow DBOS ran again: a finding, and a line on the run itself."""
     run = Run.objects.get(pk=run_id)
     line = (
-        f"DBOS ran this run's workflow again after the run was closed ({run.status}), outside "
-        "Deskhand (e.g. `dbos workflow resume`). A closed run is never revived — no step acts "
-        f"for it and the model is not called — {how}."
+        f"DBOS had this run's workflow running again after the run was closed ({run.status}): "
+        "resumed outside Deskhand (e.g. `dbos workflow resume`), or left running by an older "
+        "release. A closed run is never revived — no step acts for it and the model is not "
+        f"called — {how}."
     )
     finding_record(
         workflow_id=run_id,
@@ -271,8 +276,7 @@ def report_workflows_ended_after_close(now: dt.datetime) -> int:
     and the run's summary says it did nothing more. Only recent endings are read."""
     ended = dbos_client.runs_whose_workflow_ended_later(
         run_table=Run._meta.db_table,
-        statuses=[str(s) for s in (RunStatus.SUCCEEDED, RunStatus.FAILED, RunStatus.EXHAUSTED)]
-        + [str(RunStatus.CANCELLED)],
+        statuses=[str(s) for s in TERMINAL_STATUSES],
         since=now - REVIVAL_LOOKBACK,
         finding_table=WorkflowFinding._meta.db_table,
         finding_kind=str(WorkflowFindingKind.WORKFLOW_REVIVED),

@@ -291,7 +291,9 @@ def test_a_dbos_cancel_then_resume_of_a_parked_run_never_revives_it_and_says_so(
     assert dbos_client.workflow_state(str(run.pk)).status == "CANCELLED"
     run.refresh_from_db()
     assert run.status == "cancelled"  # a closed run is never revived
-    assert "Later: DBOS ran this run's workflow again after the run was closed" in run.summary
+    assert "Later: DBOS had this run's workflow running again after the run was closed" in (
+        run.summary
+    )
     assert "so Deskhand cancelled the workflow again" in run.summary
     revived = WorkflowFinding.objects.get(workflow_id=str(run.pk), kind="workflow_revived")
     assert revived.is_open and "`manage.py replay" in revived.detail
@@ -303,7 +305,7 @@ def test_a_dbos_cancel_then_resume_of_a_parked_run_never_revives_it_and_says_so(
     web.force_login(user(OWNER))
     queue = web.get("/attention/").content.decode()
     assert "Resumed in DBOS, stopped" in queue and "Workflow ended in DBOS" in queue
-    assert "ran this run&#x27;s workflow again" in web.get(f"/runs/{run.pk}/").content.decode()
+    assert "this run&#x27;s workflow running again" in web.get(f"/runs/{run.pk}/").content.decode()
     assert reconcile()["workflows_stopped"] == 0 and reconcile()["revived_ended"] == 0
 
 
