@@ -254,6 +254,75 @@ class Step(models.Model):
         return payloads.read(self)
 
 
+class WorkflowFindingKind(models.TextChoices):
+    FORK_ADOPTED = "fork_adopted", "a DBOS fork that became a run"
+    FORK_REFUSED = "fork_refused", "a DBOS fork Deskhand refused"
+    FORK_FAILED = "fork_failed", "a DBOS fork that ended before Deskhand saw it"
+    UNKNOWN_WORKFLOW = "unknown_workflow", "a run workflow that is no run's"
+    WORKFLOW_REVIVED = "workflow_revived", "DBOS re-activated the workflow of a closed run"
+    WORKFLOW_ENDED = "workflow_ended", "DBOS ended the workflow of an open run"
+
+
+class WorkflowFinding(models.Model):
+    """Something done to a run's workflow with DBOS's own tools, or a disagreement between DBOS
+    and the runs, and what Deskhand did about it.
+
+    An operator may fork, resume or cancel a workflow with ``dbos workflow …`` or a DBOS
+    client; the reconciler (``agent.run.reconciler``) and a workflow that finds itself with
+    no run (``agent.replay.fork.workflow_adopt``) make the runs tell the truth about it and
+    write one row here per workflow and kind, with the sentence people read (the console's
+    attention queue, ``health --json``, ``manage.py workflow_findings``). A row that needs
+    nobody (a fork that became a run) is written settled; the others stay open until a
+    person settles them (``resolved_*``).
+    """
+
+    workflow_id = models.CharField(max_length=200)
+    kind = models.CharField(max_length=20, choices=WorkflowFindingKind.choices)
+    # Null when the workflow names no run of any merchant (shown in health only).
+    merchant = models.ForeignKey(
+        "desk.Merchant",
+        null=True,
+        blank=True,
+        on_delete=models.CASCADE,
+        related_name="workflow_findings",
+    )
+    # The run the workflow is (an adopted fork, a revived or ended run's workflow), if any.
+    run = models.ForeignKey(
+        Run, null=True, blank=True, on_delete=models.SET_NULL, related_name="workflow_findings"
+    )
+    # For a fork: the run whose workflow DBOS forked.
+    forked_from = models.ForeignKey(
+        Run, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    dbos_status = models.CharField(max_length=40, blank=True)
+    detail = models.TextField()
+    found_at = models.DateTimeField()
+    last_seen_at = models.DateTimeField()
+    resolved_at = models.DateTimeField(null=True, blank=True)
+    resolved_by = models.CharField(max_length=254, blank=True)
+    resolution = models.TextField(blank=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["workflow_id", "kind"], name="one_workflow_finding_per_kind"
+            )
+        ]
+        indexes = [
+            models.Index(fields=["merchant", "-found_at"], name="wf_finding_merchant_recent"),
+            models.Index(
+                fields=["found_at"], condition=Q(resolved_at__isnull=True), name="wf_finding_open"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.kind}: {self.workflow_id}"
+
+    @property
+    def is_open(self) -> bool:
+        return self.resolved_at is None
+
+
 # Models owned by other parts of the app, imported so Django registers them with it.
 from agent.effects.models import EffectFinding, FindingKind  # noqa: E402
 from agent.ledger.models import LedgerEntry, LedgerState  # noqa: E402
@@ -274,4 +343,6 @@ __all__ = [
     "Step",
     "StepKind",
     "StopReason",
+    "WorkflowFinding",
+    "WorkflowFindingKind",
 ]

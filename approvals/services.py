@@ -102,6 +102,9 @@ def approval_decide(
                 else f"has already ended ({locked.run.status})"
             )
             refusal = f"run {locked.run_id} {state}; its approvals can no longer be decided."
+        elif (refused_by_dbos := _workflow_ended_refusal(locked)) is not None:
+            # Nothing is recorded: the reconciler closes the run (and its approvals) truthfully.
+            raise DecisionRefused(refused_by_dbos)
         elif not approve and not reason:
             # Checked after the states above, so "already decided" still reads as such.
             raise ReasonRequired(DENY_REASON_REQUIRED)
@@ -163,6 +166,31 @@ def approval_decide(
     if refusal:
         raise DecisionRefused(refusal)
     return locked
+
+
+def _workflow_ended_refusal(locked: Approval) -> str | None:
+    """Why no decision on ``locked`` can reach its run because DBOS says the run's workflow
+    can no longer act, or ``None``.
+
+    Our row says the run is active, but an operator may have cancelled the workflow with
+    DBOS's own tools (``dbos workflow cancel``, a client) seconds ago: until the reconciler
+    notices, a decision would be recorded and "approved" answered while nothing could act
+    on it. So DBOS is asked, in this transaction (one indexed read of its table).
+    """
+    state = dbos_client.workflow_state(str(locked.run_id))
+    if state is None or state.active:
+        return None
+    what = {
+        "CANCELLED": "was cancelled in DBOS, outside Deskhand (e.g. `dbos workflow cancel`)",
+        "SUCCESS": "has already ended in DBOS",
+        "ERROR": "failed in DBOS" + (f" ({state.error})" if state.error else ""),
+        "MAX_RECOVERY_ATTEMPTS_EXCEEDED": "crashed too many times and DBOS stopped retrying it",
+    }.get(state.status, f"is {state.status} in DBOS")
+    return (
+        f"run {locked.run_id}'s workflow {what}, so nothing can act on a decision: approval "
+        f"{locked.id} was not decided and nothing was recorded. The reconciler closes the run "
+        "and its approvals within seconds."
+    )
 
 
 def approvals_decide_many(

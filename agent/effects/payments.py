@@ -322,7 +322,8 @@ class PaymentsAdapter:
             )
         return (
             f"The payment provider has not confirmed the refund of {money} against "
-            f"{order.reference} ({outcome.reason}). It stays claimed under its key and will not be "
+            f"{order.reference} ({outcome.reason}). The money is in flight: it may or may not have "
+            "moved. It stays claimed under its key and will not be "
             "sent under another one; reconciliation confirms whether it was made. Do not propose "
             "it again; tell the customer it is being checked.",
             False,

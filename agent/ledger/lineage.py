@@ -112,6 +112,19 @@ def describe(tool: str, arguments: Any) -> str:
     return f"{tool}."
 
 
+def describe_in_flight(entry: LedgerEntry) -> str:
+    """A claim sent to another system that has not confirmed it, in a sentence: in flight,
+    neither done nor not done (a refund "in flight" may or may not have moved money)."""
+    a = entry.arguments if isinstance(entry.arguments, dict) else {}
+    if entry.tool == "issue_refund":
+        what = f"Refund of {format_cents(a.get('amount_cents') or 0)} against {a.get('order_reference')}"
+    elif entry.tool == "send_customer_email":
+        what = f"Email to the customer on {a.get('reference')}: '{a.get('subject')}'"
+    else:
+        what = describe(entry.tool, a).rstrip(".")
+    return f"{what} in flight (sent to {entry.adapter}, not yet confirmed)."
+
+
 def prior_effects(run: Run, name: str, args: dict[str, Any]) -> list[dict[str, Any]]:
     """What the lineage, and every earlier run on the ticket, already did to this order or customer.
 
@@ -133,9 +146,7 @@ def prior_effects(run: Run, name: str, args: dict[str, Any]) -> list[dict[str, A
         same_customer = name == "send_customer_email" == e.tool
         if not (same_order or same_customer):
             continue
-        what = describe(e.tool, e.arguments)
-        if e.is_pending:
-            what = f"{what[:-1]} (sent to {e.adapter}, not yet confirmed)."
+        what = describe_in_flight(e) if e.is_pending else describe(e.tool, e.arguments)
         out.append(
             {
                 "run_id": str(e.run_id),

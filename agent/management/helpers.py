@@ -59,6 +59,16 @@ def wait_for_rest(run: Run, timeout: float) -> Run:
         time.sleep(0.2)
 
 
+def money_line(out: dict[str, Any]) -> str:
+    """The run's refunds, three ways: moved, in flight at a provider, approved and not moved."""
+    line = f"refunded {out['refunds_cents']} cents"
+    if out["refunds_in_flight_cents"]:
+        line += f", {out['refunds_in_flight_cents']} cents in flight (not yet confirmed)"
+    if out["refunds_not_moved_cents"]:
+        line += f", {out['refunds_not_moved_cents']} cents approved and not moved"
+    return line
+
+
 def print_outcome(cmd: Any, run: Run, as_json: bool) -> None:
     out = run_outcome(run)
     if as_json:
@@ -69,7 +79,7 @@ def print_outcome(cmd: Any, run: Run, as_json: bool) -> None:
         + (f" ({out['stop_reason']})" if out["stop_reason"] else "")
     )
     cmd.stdout.write(
-        f"  steps {out['steps']}  tokens {out['input_tokens'] + out['output_tokens'] + out.get('cache_read_tokens', 0) + out.get('cache_write_tokens', 0)}  cost {out['cost_micros']} micro-USD  refunded {out['refunds_cents']} cents  · {out['provider']}/{out['model']}"
+        f"  steps {out['steps']}  tokens {out['input_tokens'] + out['output_tokens'] + out.get('cache_read_tokens', 0) + out.get('cache_write_tokens', 0)}  cost {out['cost_micros']} micro-USD  {money_line(out)}  · {out['provider']}/{out['model']}"
     )
     if out["pending_approval_id"]:
         cmd.stdout.write(

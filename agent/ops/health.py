@@ -16,7 +16,11 @@
 * **runs on the older turn path** — open runs whose history went the pre-``one-step-turns``
   way (``agent.run.legacy_turns``); at 0 that path can be retired (docs/deploys.md);
 * **effects** — open reconciliation findings (the ledger and a payment provider disagree,
-  ``agent.effects.provider_reconciliation``) by kind and merchant, and claims still pending at a provider.
+  ``agent.effects.provider_reconciliation``) by kind and merchant, and claims still pending at a provider;
+* **workflows** — what was done to runs' workflows with DBOS's own tools and what became
+  of it (a fork adopted as a run or refused, a resumed workflow of a closed run stopped
+  again, an open run whose workflow ended), open findings with their sentences and the
+  most recent ones (``agent.run.workflow_findings``).
 
 ``healthz()`` is the part a load balancer may see: booleans and counts, no ids.
 """
@@ -32,6 +36,7 @@ from django.db import connection
 
 from agent.effects.selectors import findings_summary
 from agent.models import Run, RunStatus
+from agent.run.workflow_findings import workflow_findings_summary
 from agent.runtime import StepName
 from approvals.models import Approval, ApprovalStatus
 from deskhand.dbos import client as dbos_client
@@ -68,6 +73,7 @@ class Report:
     stuck_runs: list[dict[str, Any]] = field(default_factory=list)
     unserved_versions: dict[str, int] = field(default_factory=dict)
     effects: dict[str, Any] = field(default_factory=dict)
+    workflows: dict[str, Any] = field(default_factory=dict)
     legacy_turn_runs: int = 0
 
     @property
@@ -76,14 +82,16 @@ class Report:
 
     @property
     def ok(self) -> bool:
-        """Healthy: the database answers, some worker lives, nothing stuck or stranded, and no
-        money the ledger and a provider disagree about."""
+        """Healthy: the database answers, some worker lives, nothing stuck or stranded, no
+        money the ledger and a provider disagree about, and nothing done with DBOS's own
+        tools that a person has not looked at."""
         return (
             self.database
             and bool(self.alive)
             and not self.stuck_runs
             and not self.unserved_versions
             and not self.effects.get("open")
+            and not self.workflows.get("open")
         )
 
     def as_dict(self) -> dict[str, Any]:
@@ -226,6 +234,7 @@ def health_report(stuck_after: dt.timedelta = STUCK_AFTER) -> Report:
     report.oldest_waiting_approval = _oldest_approval(now)
     report.stuck_runs = _stuck(now, stuck_after)
     report.effects = findings_summary()
+    report.workflows = workflow_findings_summary()
     # The older path records a bounds check of its own each turn; one-step turns never do.
     report.legacy_turn_runs = dbos_client.active_runs_with_step(StepName.BOUNDS_CHECK)
     return report
@@ -248,4 +257,5 @@ def healthz() -> tuple[int, dict[str, Any]]:
         "stuck_runs": len(report.stuck_runs),
         "runs_on_unserved_versions": sum(report.unserved_versions.values()),
         "effect_findings_open": report.effects.get("open", 0),
+        "workflow_findings_open": report.workflows.get("open", 0),
     }

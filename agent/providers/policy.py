@@ -242,7 +242,10 @@ class Case:
             and "shipping" not in str(i.get("description", "")).lower()
         )
         refundable = int(order.get("refundable_cents", 0))
-        refunded = int(order.get("refunded_cents", 0))
+        # Refunded, or in flight at a payment provider (it may have moved): both count.
+        refunded = int(order.get("refunded_cents", 0)) + int(
+            order.get("refunds_in_flight_cents", 0)
+        )
         # What went back already counts against the goods first: the policy refunds goods.
         goods_left = min(max(goods - refunded, 0), refundable)
         window_text = f'inside the {window[0]}-day window ("{window[1]}")'
@@ -421,8 +424,11 @@ class Case:
     def outcomes(self) -> str:
         """What the irreversible calls actually did, from their results, in order."""
         lines = [self._outcome(c) for c in self.history.irreversible()]
-        if not any(c.succeeded for c in self.history.calls if c.name == "issue_refund"):
-            lines.append("No money was moved.")
+        refunds = [c for c in self.history.calls if c.name == "issue_refund"]
+        if not any(c.succeeded for c in refunds):
+            # A refund in flight is neither moved nor not moved: the provider has not said.
+            in_flight = any(c.in_flight for c in refunds)
+            lines.append("No money is confirmed moved yet." if in_flight else "No money was moved.")
         return " ".join(lines)
 
     def _outcome(self, c: ToolCall) -> str:
@@ -436,6 +442,11 @@ class Case:
                 return f"Refunded {format_money(refunded, currency)} against {target}."
             asked = c.args.get("amount_cents")
             amount = format_money(asked, currency) if isinstance(asked, int) else repr(asked)
+            if c.in_flight:
+                return (
+                    f"The refund of {amount} against {target} is in flight: the payment provider "
+                    "has not confirmed it, so it may or may not have moved; it is being checked."
+                )
             return f"I asked to refund {amount} against {target}, but {c.failure}."
         if c.name == "send_customer_email":
             if c.succeeded:

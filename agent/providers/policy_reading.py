@@ -20,6 +20,9 @@ from typing import Any
 from agent.conversation.fence import unwrap
 
 DENIAL_PREFIX = "A person declined this action."
+# How a refund result reads when the payment provider has not confirmed the refund: money in
+# flight, neither moved nor not moved (agent.effects.payments; pinned by tests/providers).
+IN_FLIGHT_PREFIX = "The payment provider has not confirmed the refund"
 IRREVERSIBLE = ("issue_refund", "send_customer_email", "cancel_order")
 
 
@@ -66,6 +69,11 @@ class ToolCall:
     @property
     def succeeded(self) -> bool:
         return self.text is not None and not self.is_error
+
+    @property
+    def in_flight(self) -> bool:
+        """A refund sent to a payment provider that has not confirmed it: it may have moved."""
+        return self.is_error and IN_FLIGHT_PREFIX in (self.text or "")
 
     @property
     def declined(self) -> bool:

@@ -37,6 +37,7 @@ rule applies.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import uuid
 from typing import Any
@@ -44,15 +45,25 @@ from typing import Any
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
-from agent.models import OPEN_STATUSES, Run, RunStatus, Step, StopReason
+from agent.models import (
+    OPEN_STATUSES,
+    Run,
+    RunStatus,
+    Step,
+    StopReason,
+    WorkflowFindingKind,
+)
 from agent.privacy.redaction import replay_refusal
 from agent.replay.timeline import effective_steps
 from agent.run import payloads
 from agent.run.payloads import StepKind
 from agent.run.services import RunRefused, bounds_snapshot, run_mark_failed
+from agent.run.workflow_findings import finding_record
+from agent.runtime import StepName
 from agent.tools import Risk, risk_of
 from approvals.models import AuditEvent, Channel
-from deskhand.dbos.client import fork_run_workflow, workflow_steps
+from deskhand.dbos import client as dbos_client
+from deskhand.dbos.client import WorkflowOrigin, fork_run_workflow, workflow_steps
 from deskhand.dbos.names import LIMITED_CALL_WORKFLOW
 from deskhand.desk.permissions import require_actor
 
@@ -114,10 +125,16 @@ def fork_point(run: Run, seq: int) -> Step:
     return step
 
 
-def _start_function_id(run: Run, step: Step) -> int:
+def _checkpoints(run: Run) -> dict[int, str]:
+    """The run workflow's checkpoints: DBOS function id -> recorded name."""
+    return {s["function_id"]: s["function_name"] for s in workflow_steps(str(run.pk))}
+
+
+def _start_function_id(run: Run, step: Step, checkpoints: dict[int, str] | None = None) -> int:
     """The DBOS function id the fork starts at, checked against the workflow's own checkpoints."""
     assert step.function_id is not None
-    checkpoints = {s["function_id"]: s["function_name"] for s in workflow_steps(str(run.pk))}
+    if checkpoints is None:
+        checkpoints = _checkpoints(run)
     if not checkpoints:
         raise RunRefused(
             f"run {run.id} has no DBOS history (it was cleared, e.g. by seed --reset), so it cannot be forked."
@@ -213,3 +230,243 @@ def fork_run(
         )
     fork.refresh_from_db()
     return fork
+
+
+# --- forks made with DBOS's own tools ------------------------------------------------
+
+OUTSIDE = "DBOS, outside Deskhand (`dbos workflow fork` or a DBOS client)"
+
+
+@dataclasses.dataclass(frozen=True)
+class Adoption:
+    """What a run workflow works on: its run (``refusal`` empty), or why it may not run at all."""
+
+    run: Run | None
+    refusal: str = ""
+
+
+def run_of(workflow_id: str) -> Run | None:
+    """The run whose workflow this is (a run's id is its workflow's), if any; any text is asked."""
+    try:
+        pk = uuid.UUID(workflow_id)
+    except ValueError:
+        return None
+    return Run.objects.filter(pk=pk).select_related("merchant", "ticket").first()
+
+
+def workflow_adopt(workflow_id: str) -> Adoption:
+    """The run of the run workflow ``workflow_id``, adopting a fork made with DBOS's own tools.
+
+    Asked by the workflow before its first step (``deskhand.dbos.engine.workflow``) and by
+    the reconciler for forks still queued, so a fork gets its answer whichever comes first;
+    the parent run's row lock makes them take turns. A workflow with a run is simply that
+    run's. One without is a fork an operator made (``dbos workflow fork <run> --step N``):
+    it becomes a run exactly as ``replay --fork-from`` makes one — ``forked_from``,
+    ``fork_step`` (the step-log step its DBOS start step is), the same ticket, merchant,
+    prompt and provider, bounds snapshotted now, its effects answered from the lineage's
+    ledger — when ``replay --fork-from`` would allow that fork. Otherwise it is refused: a
+    finding says why (the attention queue, ``health --json``) and DBOS cancels it, so it
+    does nothing. Either way a finding records what became of it.
+    """
+    run = run_of(workflow_id)
+    if run is not None:
+        return Adoption(run)
+    origin = dbos_client.workflow_origin(workflow_id)
+    if origin is None:
+        return Adoption(None, f"DBOS has no workflow {workflow_id}.")
+    if origin.forked_from is None:
+        return _refuse(
+            origin,
+            None,
+            WorkflowFindingKind.UNKNOWN_WORKFLOW,
+            f"DBOS started workflow {workflow_id} as a Deskhand run, but no run has that id and "
+            "it is no fork of one (enqueued by hand?). Runs are started with `manage.py "
+            "run_ticket` or the console.",
+        )
+    parent = run_of(origin.forked_from)
+    what = (
+        f"DBOS fork {workflow_id} of run {origin.forked_from} from DBOS step {origin.start_step}"
+        f" (made by {OUTSIDE})"
+    )
+    if parent is None:
+        return _refuse(
+            origin,
+            None,
+            WorkflowFindingKind.FORK_REFUSED,
+            f"{what}: workflow {origin.forked_from} is no Deskhand run, so the fork has no ticket "
+            "to work.",
+        )
+    try:
+        uuid.UUID(workflow_id)
+    except ValueError:
+        return _refuse(
+            origin,
+            parent,
+            WorkflowFindingKind.FORK_REFUSED,
+            f"{what}: its id is not a run id (a UUID), so it cannot be a run. Fork again without "
+            "--forked-workflow-id, or use `manage.py replay <run> --fork-from <step>`.",
+        )
+    try:
+        with transaction.atomic():
+            # One adopter at a time per parent (the workflow itself, the reconciler).
+            Run.objects.select_for_update().get(pk=parent.pk)
+            again = run_of(workflow_id)
+            if again is not None:
+                return Adoption(again)
+            step = _fork_point_at(parent, origin.start_step)
+            refusal = replay_refusal(parent) or open_run_refusal(parent)
+            if refusal:
+                raise RunRefused(refusal)
+            try:
+                with transaction.atomic():
+                    fork = Run.objects.create(
+                        id=uuid.UUID(workflow_id),
+                        merchant_id=parent.merchant_id,
+                        ticket_id=parent.ticket_id,
+                        started_by=None,
+                        provider=parent.provider,
+                        model=parent.model,
+                        prompt=parent.prompt,
+                        **bounds_snapshot(parent.merchant),
+                        forked_from=parent,
+                        fork_step=step.seq,
+                        # DBOS replays the parent's run.begin: nothing else marks it running.
+                        status=RunStatus.RUNNING,
+                        started_at=timezone.now(),
+                    )
+            except IntegrityError:
+                raise RunRefused(_open_run_sentence(parent)) from None
+            AuditEvent.objects.create(
+                merchant_id=parent.merchant_id,
+                actor=None,
+                action="run.fork",
+                run=fork,
+                channel=Channel.SYSTEM,
+                detail={
+                    "forked_from": str(parent.pk),
+                    "fork_step": step.seq,
+                    "dbos_start_step": origin.start_step,
+                    "ticket": parent.ticket.reference,
+                    "by": OUTSIDE,
+                },
+            )
+    except RunRefused as exc:
+        return _refuse(
+            origin, parent, WorkflowFindingKind.FORK_REFUSED, f"{what}: {str(exc).rstrip('.')}."
+        )
+    finding_record(
+        workflow_id=workflow_id,
+        kind=WorkflowFindingKind.FORK_ADOPTED,
+        run=fork,
+        forked_from=parent,
+        dbos_status=origin.status,
+        detail=(
+            f"{what} became run {fork.pk}: forked from run {parent.pk} at its step {step.seq} "
+            f"({step.tool or step.kind}), on ticket {parent.ticket.reference}. Effects the "
+            "lineage already made are answered from the ledger, never repeated."
+        ),
+        settled=f"adopted as run {fork.pk}",
+    )
+    log.info("adopted DBOS fork %s of run %s at step %s", workflow_id, parent.pk, step.seq)
+    return Adoption(fork)
+
+
+def _fork_point_at(parent: Run, start_step: int) -> Step:
+    """The step of ``parent`` a DBOS fork starting at DBOS step ``start_step`` begins with, when
+    ``replay --fork-from`` would start a fork there; else ``RunRefused`` saying why and where
+    a fork may start."""
+    checkpoints = _checkpoints(parent)
+    if not checkpoints:
+        raise RunRefused(f"run {parent.pk} has no DBOS history, so nothing can be forked from it")
+    steps = [s for s in effective_steps(parent) if s.function_id is not None]
+    starts: dict[int, Step] = {}
+    allowed: list[str] = []
+    for s in steps:
+        try:
+            fork_point(parent, s.seq)
+            start = _start_function_id(parent, s, checkpoints)
+        except RunRefused:
+            continue
+        starts.setdefault(start, s)
+        allowed.append(f"{start} (step {s.seq}, {s.tool or s.kind})")
+    if start_step in starts:
+        return starts[start_step]
+    name = checkpoints.get(start_step, "")
+    where = f"DBOS step {start_step}" + (f" ({name})" if name else "")
+    own = next((s for s in steps if s.function_id == start_step), None)
+    if start_step > max(checkpoints):
+        why = f"{where} is past the end of the run's workflow (its last step is {max(checkpoints)})"
+    elif name == StepName.BEGIN or start_step < min(starts, default=start_step + 1):
+        why = (
+            f"{where} is the run's beginning: that is a new run, started with `manage.py "
+            f"run_ticket {parent.ticket.reference}`"
+        )
+    elif (
+        own is not None
+        and own.kind == StepKind.APPROVAL
+        and own.seq in {s.seq for s in starts.values()}
+    ):
+        lookup = next(fid for fid, s in starts.items() if s.seq == own.seq)
+        why = (
+            f"a fork at the approval request of step {own.seq} starts at the ledger lookup before "
+            f"it, DBOS step {lookup}, so a call the lineage has since made is not asked again"
+        )
+    elif own is not None:
+        try:
+            fork_point(parent, own.seq)
+            why = f"{where} is not where a fork of step {own.seq} starts"
+        except RunRefused as exc:
+            why = str(exc).rstrip(".")
+    else:
+        why = (
+            f"{where} is no step of the run's step log (a part of the approval gate, or DBOS's "
+            "own bookkeeping)"
+        )
+    shown = "; ".join(allowed[:12]) + ("; …" if len(allowed) > 12 else "")
+    raise RunRefused(
+        f"{why}. Forks of run {parent.pk} may start at DBOS steps "
+        + (shown or "none")
+        + f" — or use `manage.py replay {parent.pk} --fork-from <step>`"
+    )
+
+
+def _refuse(
+    origin: WorkflowOrigin, parent: Run | None, kind: WorkflowFindingKind, why: str
+) -> Adoption:
+    """Cancel the workflow at DBOS, so it does nothing, and record why it was refused."""
+    try:
+        state = dbos_client.cancel_run_workflow(origin.workflow_id)
+        status = state.status if state is not None else origin.status
+        done = "Deskhand refused it and DBOS cancelled it, so it did nothing."
+    except Exception:  # the workflow refuses again when it starts, and cancels itself then
+        log.exception("cancelling refused workflow %s failed", origin.workflow_id)
+        status = origin.status
+        done = "Deskhand refused it; it does nothing when it starts."
+    detail = f"{why.rstrip('.')}. {done}"
+    finding_record(
+        workflow_id=origin.workflow_id,
+        kind=kind,
+        forked_from=parent,
+        dbos_status=status,
+        detail=detail,
+    )
+    log.warning("refused DBOS workflow %s: %s", origin.workflow_id, detail)
+    return Adoption(None, detail)
+
+
+def limited_call_refuse(workflow_id: str, run_id: str) -> str:
+    """Refuse a rate-limited model call's workflow that its run never started (a DBOS fork of
+    one): it would call the model again, add the cost to a step that already has its reply,
+    and send the reply to nobody. Cancelled at DBOS, recorded; returns the sentence."""
+    origin = dbos_client.workflow_origin(workflow_id) or WorkflowOrigin(
+        workflow_id, LIMITED_CALL_WORKFLOW, "", None, None, 1
+    )
+    return _refuse(
+        origin,
+        run_of(run_id),
+        WorkflowFindingKind.FORK_REFUSED,
+        f"DBOS workflow {workflow_id} is a model call of run {run_id} ({LIMITED_CALL_WORKFLOW}) "
+        f"that the run never made (a fork of one, made by {OUTSIDE}): it would call the model "
+        "again and its answer would reach no one. To redo a turn, fork the run from its model "
+        f"step: `manage.py replay {run_id} --fork-from <step>`",
+    ).refusal

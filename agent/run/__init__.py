@@ -7,5 +7,7 @@ each row records (``payloads``), the reconciler that keeps runs and workflows in
 (``reconciler``), the path older runs still take through a turn (``legacy_turns``), and
 the test-only fault hooks (``faults``). May import the conversation, the ledger, consent,
 tools, providers, ``approvals``, the desk and ``deskhand.dbos`` client and names — never
-the engine (``deskhand.dbos.engine``) nor the console.
+the engine (``deskhand.dbos.engine``) nor the console. One exception, in one place: the
+reconciler adopts forks made with DBOS's own tools through ``agent.replay.fork``, the one
+home of forks. What it found is recorded by ``workflow_findings``.
 """

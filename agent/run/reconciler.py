@@ -9,6 +9,10 @@ open, fails runs whose workflow never came to exist (the web process died
 between creating the row and enqueueing), and re-sends recorded decisions and
 staff notes whose send never happened (same idempotency keys, so each is
 delivered once; a note that was delivered is marked and never sent again).
+What an operator does with DBOS's own tools ends truthfully here too: a fork of a run
+made with ``dbos workflow fork`` becomes a run or is refused (``agent.replay.fork``), and
+what the runs and DBOS disagree on is repaired where it can be and written up
+(``agent.run.workflow_findings``).
 It also sends the notification outbox (``approvals.outbox``): people told that
 an approval waits for them, at least once, retried with backoff.
 """
@@ -20,10 +24,27 @@ import logging
 
 from django.utils import timezone
 
-from agent.models import ACTIVE_STATUSES, OPEN_STATUSES, Run, RunStatus, StopReason
+from agent.models import (
+    ACTIVE_STATUSES,
+    OPEN_STATUSES,
+    TERMINAL_STATUSES,
+    Run,
+    RunStatus,
+    StopReason,
+    WorkflowFinding,
+    WorkflowFindingKind,
+)
+from agent.replay.fork import OUTSIDE, run_of, workflow_adopt
 from agent.run import faults
-from agent.run.services import run_cancel_confirm, run_mark_cancelled, run_mark_failed
+from agent.run.services import (
+    run_amend_summary,
+    run_cancel_confirm,
+    run_mark_cancelled,
+    run_mark_failed,
+    run_take_workflow_end,
+)
 from agent.run.steering import note_send
+from agent.run.workflow_findings import finding_record
 from approvals.models import Approval, ApprovalStatus, StaffNote
 from approvals.notifications import notify_expiring_due
 from approvals.outbox import outbox_send_due
@@ -33,6 +54,12 @@ from deskhand.dbos import client as dbos_client
 log = logging.getLogger(__name__)
 
 ENQUEUE_GRACE = dt.timedelta(seconds=30)
+# A run's last step closes it a moment before DBOS records its workflow's end: a resumed
+# workflow still active this long after its run closed is not that run's own ending.
+REVIVAL_GRACE = dt.timedelta(seconds=30)
+# How far back the reconciler looks for workflows that ran again after their run closed and
+# have ended since (DBOS's index on completed_at keeps it to recent endings).
+REVIVAL_LOOKBACK = dt.timedelta(minutes=15)
 # A decision or note younger than this may still have its own send in flight.
 SEND_GRACE = dt.timedelta(seconds=2)
 
@@ -47,7 +74,10 @@ def reconcile(now: dt.datetime | None = None) -> dict[str, int]:
         "resent": 0,
         "notes_resent": 0,
         "workflows_stopped": 0,
+        "workflows_ended": 0,
+        "revived_ended": 0,
     }
+    counts.update(forks_made_outside())
     # Only the runs that need something: thousands parked at the gate are fine and are
     # never read into this process (one query each, in Postgres; docs/scaling.md).
     table = Run._meta.db_table
@@ -69,7 +99,13 @@ def reconcile(now: dt.datetime | None = None) -> dict[str, int]:
         run_statuses=[str(s) for s in OPEN_STATUSES if s != RunStatus.CANCELLING],
     )
     for run_id, wf in troubled.items():
-        if wf.status == "ERROR":
+        was = Run.objects.filter(pk=run_id).values_list("status", flat=True).first()
+        if wf.status == "SUCCESS":
+            ended = run_take_workflow_end(run_id=run_id, output=dbos_client.workflow_output(run_id))
+            if ended is not None:
+                counts["workflows_ended"] += 1
+                _report_ended(run_id, was or "", "SUCCESS", f"the run took its end: {ended}")
+        elif wf.status == "ERROR":
             if run_mark_failed(
                 run_id=run_id, reason=StopReason.ERROR, detail=f"workflow failed: {wf.error}"[:2000]
             ):
@@ -85,11 +121,58 @@ def reconcile(now: dt.datetime | None = None) -> dict[str, int]:
             run_id=run_id, by="DBOS (the workflow was cancelled outside Deskhand)"
         ):
             counts["cancelled"] += 1
-    counts["workflows_stopped"] = stop_workflows_of_cancelled_runs()
+            _report_ended(
+                run_id,
+                was or "",
+                "CANCELLED",
+                "the run was recorded cancelled, its pending approvals withdrawn and its summary "
+                "written from the ledger",
+            )
+    counts["workflows_stopped"] = stop_workflows_of_closed_runs(now)
+    counts["revived_ended"] = report_workflows_ended_after_close(now)
     counts["resent"] = resend_undelivered(now)
     counts["notes_resent"] = resend_undelivered_notes(now)
     counts.update(notifications_sweep(now))
     return counts
+
+
+def forks_made_outside() -> dict[str, int]:
+    """Forks of runs made with DBOS's own tools that are no run's yet: each is adopted as a run
+    or refused (``agent.replay.fork.workflow_adopt``), or, if it already ended, reported.
+
+    A queued fork is decided here, before any worker runs it (it may wait on a version no
+    worker serves). One that is running decides for itself as it starts. One that ended
+    without a run (a worker on an older release ran it, and it failed for want of a run)
+    is written up: it did nothing in our tables.
+    """
+    out = {"forks_adopted": 0, "forks_refused": 0, "forks_failed": 0}
+    for origin in dbos_client.forks_without_run(
+        run_table=Run._meta.db_table, finding_table=WorkflowFinding._meta.db_table
+    ):
+        if origin.status in ("ENQUEUED", "DELAYED"):
+            try:
+                adopted = workflow_adopt(origin.workflow_id)
+            except Exception:
+                log.exception("deciding DBOS fork %s failed", origin.workflow_id)
+                continue
+            out["forks_adopted" if adopted.run is not None else "forks_refused"] += 1
+        elif not origin.active:
+            parent = run_of(origin.forked_from or "")
+            finding_record(
+                workflow_id=origin.workflow_id,
+                kind=WorkflowFindingKind.FORK_FAILED,
+                forked_from=parent,
+                dbos_status=origin.status,
+                detail=(
+                    f"DBOS fork {origin.workflow_id} of run {origin.forked_from} (made by "
+                    f"{OUTSIDE}) ended {origin.status} before Deskhand adopted it"
+                    + (f" ({origin.error})" if origin.error else "")
+                    + ". It never had a run, so it wrote nothing in Deskhand's tables. To fork "
+                    "the run, use `manage.py replay <run> --fork-from <step>`."
+                ),
+            )
+            out["forks_failed"] += 1
+    return out
 
 
 def notifications_sweep(now: dt.datetime) -> dict[str, int]:
@@ -111,24 +194,98 @@ def notifications_sweep(now: dt.datetime) -> dict[str, int]:
     }
 
 
-def stop_workflows_of_cancelled_runs() -> int:
-    """Cancel any workflow DBOS still holds active for a run recorded ``cancelled``.
+def _report_ended(run_id: str, was: str, status: str, what: str) -> None:
+    """An open run whose workflow DBOS ended outside Deskhand: say so where people look."""
+    finding_record(
+        workflow_id=run_id,
+        kind=WorkflowFindingKind.WORKFLOW_ENDED,
+        run=Run.objects.get(pk=run_id),
+        dbos_status=status,
+        detail=(
+            f"DBOS ended the workflow of run {run_id} ({status}) while the run was {was}, "
+            "outside Deskhand"
+            + (" (e.g. `dbos workflow cancel`)" if status == "CANCELLED" else "")
+            + f": {what}."
+        ),
+    )
 
-    Since cancels wait for DBOS's confirmation none should exist; this sweeps the
-    runs an older release marked cancelled while its cancel call failed.
+
+def _report_revived(run_id: str, how: str, status: str) -> None:
+    """A closed run whose workflow DBOS ran again: a finding, and a line on the run itself."""
+    run = Run.objects.get(pk=run_id)
+    line = (
+        f"DBOS had this run's workflow running again after the run was closed ({run.status}): "
+        "resumed outside Deskhand (e.g. `dbos workflow resume`), or left running by an older "
+        "release. A closed run is never revived — no step acts for it and the model is not "
+        f"called — {how}."
+    )
+    finding_record(
+        workflow_id=run_id,
+        kind=WorkflowFindingKind.WORKFLOW_REVIVED,
+        run=run,
+        dbos_status=status,
+        detail=(
+            f"Run {run_id}: {line} To work ticket {run.ticket.reference} again, start a new run, "
+            f"or fork this one: `manage.py replay {run_id} --fork-from <step>`."
+        ),
+    )
+    run_amend_summary(run_id=run_id, line=line)
+
+
+def stop_workflows_of_closed_runs(now: dt.datetime) -> int:
+    """Cancel any workflow DBOS holds active for a closed run, and say so.
+
+    A run is closed only once its workflow can no longer act (a cancel waits for DBOS's
+    confirmation; a run's own last step closes it). A workflow active behind a cancelled run
+    was run again from outside — ``dbos workflow resume`` — or left by an older release whose
+    cancel call failed: stopped at once. Behind another closed run, only a resumed one (on
+    DBOS's internal queue) closed ``REVIVAL_GRACE`` ago: a run's own workflow, or one
+    recovered after a crash, is ending on its own and is left to end.
     """
+    table = Run._meta.db_table
+    closed = {
+        **dbos_client.runs_with_active_workflow(
+            run_table=table, statuses=[str(RunStatus.CANCELLED)]
+        ),
+        **dbos_client.runs_with_active_workflow(
+            run_table=table,
+            statuses=[str(RunStatus.SUCCEEDED), str(RunStatus.FAILED), str(RunStatus.EXHAUSTED)],
+            finished_before=now - REVIVAL_GRACE,
+            resumed_only=True,
+        ),
+    }
     stopped = 0
-    for pk in dbos_client.runs_with_active_workflow(
-        run_table=Run._meta.db_table, status=str(RunStatus.CANCELLED)
-    ):
+    for run_id, wf in closed.items():
         try:
-            state = dbos_client.cancel_run_workflow(str(pk))
+            state = dbos_client.cancel_run_workflow(run_id)
         except Exception:
-            log.exception("cancelling the workflow of cancelled run %s failed", pk)
+            log.exception("cancelling the workflow of closed run %s failed", run_id)
             continue
         if state is None or not state.active:
             stopped += 1
+            _report_revived(
+                run_id,
+                f"so Deskhand cancelled the workflow again (it was {wf.status})",
+                "CANCELLED",
+            )
     return stopped
+
+
+def report_workflows_ended_after_close(now: dt.datetime) -> int:
+    """Closed runs whose workflow ran again and ended before a pass saw it active: reported,
+    and the run's summary says it did nothing more. Only recent endings are read."""
+    ended = dbos_client.runs_whose_workflow_ended_later(
+        run_table=Run._meta.db_table,
+        statuses=[str(s) for s in TERMINAL_STATUSES],
+        since=now - REVIVAL_LOOKBACK,
+        finding_table=WorkflowFinding._meta.db_table,
+        finding_kind=str(WorkflowFindingKind.WORKFLOW_REVIVED),
+    )
+    for run_id, wf in ended.items():
+        _report_revived(
+            run_id, f"and the workflow ended {wf.status} having done nothing more", wf.status
+        )
+    return len(ended)
 
 
 def resend_undelivered(now: dt.datetime | None = None) -> int:

@@ -14,10 +14,10 @@ from django.db.models import Sum
 
 from agent.consent.narrowing import changes_text
 from agent.ledger.lineage import describe, inherited_effects
-from agent.ledger.models import LedgerEntry
+from agent.ledger.models import LedgerEntry, LedgerState
 from agent.models import Run
 from approvals.models import Approval, ApprovalStatus
-from deskhand.desk.models import OutboundEmail, Refund, Ticket, TicketStatus
+from deskhand.desk.models import OutboundEmail, Refund, RefundStatus, Ticket, TicketStatus
 
 
 def _decided_how(approval: Approval | None) -> str:
@@ -97,11 +97,63 @@ def _first(text: str) -> str:
     return text.split(". The approval")[0].split("\n")[0][:300].rstrip(".") + "."
 
 
+@dataclasses.dataclass(frozen=True)
+class RefundFigures:
+    """What a run's refunds did with money, in integer cents, three ways that never overlap.
+
+    * ``moved`` — refunds made and confirmed: in this database at once, at a payment
+      provider once it answered that it made them (``Refund`` ``succeeded``);
+    * ``in_flight`` — claimed and sent to a payment provider whose answer is not recorded
+      yet (``Refund`` ``pending``): it may have moved; reconciliation finds out;
+    * ``not_moved`` — refunds a person (or a merchant's rule) approved that did not move: the
+      provider declined or never made them, the refund was refused when claimed, or the run
+      ended before it acted.
+    """
+
+    moved: int
+    in_flight: int
+    not_moved: int
+
+
+def _amount(args: Any) -> int:
+    value = args.get("amount_cents") if isinstance(args, dict) else None
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
+
+
+def run_refund_figures(run: Run) -> RefundFigures:
+    """The run's refunds as money moved, in flight and not moved (``RefundFigures``)."""
+    by_status = {
+        row["status"]: int(row["t"] or 0)
+        for row in run.refunds.order_by().values("status").annotate(t=Sum("amount_cents"))
+    }
+    not_moved = sum(
+        _amount(args)
+        for args in LedgerEntry.objects.filter(run_id=run.pk, tool="issue_refund", ok=False)
+        .exclude(state=LedgerState.PENDING)
+        .values_list("arguments", flat=True)
+    )
+    if not run.is_open:  # an open run may still make an approval it holds
+        not_moved += sum(
+            _amount(approved or proposed)
+            for approved, proposed in Approval.objects.filter(
+                run_id=run.pk,
+                tool="issue_refund",
+                status=ApprovalStatus.APPROVED,
+                ledger_entries__isnull=True,
+            ).values_list("approved_arguments", "arguments")
+        )
+    return RefundFigures(
+        moved=by_status.get(RefundStatus.SUCCEEDED, 0),
+        in_flight=by_status.get(RefundStatus.PENDING, 0),
+        not_moved=not_moved,
+    )
+
+
 def run_outcome(run: Run) -> dict[str, Any]:
     """The outcome as the CLI prints it (``--json``) and the console shows it."""
     pending = run.approvals.filter(status=ApprovalStatus.PENDING).order_by("requested_at").first()
     withdrawn = run.approvals.filter(status=ApprovalStatus.WITHDRAWN).order_by("requested_at")
-    refunds = run.refunds.aggregate(t=Sum("amount_cents"))["t"] or 0
+    money = run_refund_figures(run)
     return {
         "run_id": str(run.id),
         "ticket": run.ticket.reference,
@@ -118,7 +170,11 @@ def run_outcome(run: Run) -> dict[str, Any]:
         "cache_write_tokens": run.cache_write_tokens,
         "cache_hit_ratio": run.cache_hit_ratio,
         "cost_micros": run.cost_micros,
-        "refunds_cents": int(refunds),
+        # Money, three ways that never overlap (RefundFigures): moved and confirmed, in
+        # flight at a provider, approved but not moved.
+        "refunds_cents": money.moved,
+        "refunds_in_flight_cents": money.in_flight,
+        "refunds_not_moved_cents": money.not_moved,
         "pending_approval_id": str(pending.id) if pending else None,
         "pending_approval_preview": pending.preview if pending else None,
         "withdrawn_approval_ids": [str(a.pk) for a in withdrawn],
@@ -141,13 +197,21 @@ class DoneOnTicket:
     detail: str
     run_id: uuid.UUID | None
     at: dt.datetime
+    # A refund claimed at a payment provider that has not confirmed it yet: it may have moved.
+    in_flight: bool = False
 
 
 def ticket_done(*, ticket: Ticket, limit: int = 50) -> list[DoneOnTicket]:
     """What was already done on this ticket (refunds its runs made, emails sent on it), oldest first."""
     refunds = [
         DoneOnTicket(
-            "refund", r.amount_cents, r.currency, r.order.reference, r.run_id, r.created_at
+            "refund",
+            r.amount_cents,
+            r.currency,
+            r.order.reference,
+            r.run_id,
+            r.created_at,
+            in_flight=r.status == RefundStatus.PENDING,
         )
         for r in Refund.objects.filter(merchant_id=ticket.merchant_id, run__ticket=ticket)
         .select_related("order")

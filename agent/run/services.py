@@ -275,6 +275,52 @@ def run_mark_cancelled(*, run_id: str, by: str) -> bool:
     return True
 
 
+def run_take_workflow_end(*, run_id: str, output: Any) -> str | None:
+    """Close an active run whose workflow DBOS says already ended without closing it.
+
+    A run's own last step closes it before its workflow ends, so this is a run whose
+    workflow was ended or re-run from outside (DBOS's own tools). The run takes the end the
+    workflow's own result names when that is a closed run's status, else ``failed``; its
+    summary is built from the ledger, as every closing is. Returns the status it took, or
+    ``None`` if the run was no longer active.
+    """
+    said = output if isinstance(output, dict) else {}
+    status = said.get("status")
+    reason = said.get("stop_reason")
+    if status not in TERMINAL_STATUSES or reason not in StopReason.values:
+        status, reason = RunStatus.FAILED, StopReason.ERROR
+    detail = (
+        "its workflow ended in DBOS (SUCCESS) without closing the run, so the run took the end "
+        "the workflow's result names"
+    )
+    with transaction.atomic():
+        run = Run.objects.select_for_update().get(pk=run_id)
+        if not run.is_active:
+            return None
+        run_close_pending_approvals(run, ending=status)
+        run_close(
+            run,
+            status=status,
+            reason=reason,
+            detail=detail,
+            summary=f"Ended: {detail}.\n\nEffects:\n{effects_summary(run_id)}",
+            seq=next_seq(run_id),
+            kind=StepKind.BOUND,
+            result={"stop_reason": reason, "detail": detail, "status": status},
+        )
+    return str(status)
+
+
+def run_amend_summary(*, run_id: str, line: str) -> None:
+    """Add a line to a closed run's summary, once: what happened to it after it was closed."""
+    with transaction.atomic():
+        run = Run.objects.select_for_update().get(pk=run_id)
+        if line in run.summary:
+            return
+        run.summary = f"{run.summary}\n\nLater: {line}" if run.summary else f"Later: {line}"
+        run.save(update_fields=["summary", "updated_at"])
+
+
 class AlreadyCancelled(RunRefused):
     """A second cancel: refused, and nothing changes."""
 

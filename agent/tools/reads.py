@@ -22,7 +22,7 @@ from django.utils import timezone
 from agent.privacy.masking import mask_email
 from agent.tools.registry import Handler, Risk, ToolContext, ToolDef, ToolError, ToolOutcome
 from deskhand.desk import selectors
-from deskhand.desk.models import Customer, Order, Ticket
+from deskhand.desk.models import Customer, Order, RefundStatus, Ticket
 from deskhand.desk.services import DomainError
 
 # --- shared by the read, reversible and irreversible tools ---------------------
@@ -194,7 +194,10 @@ def get_ticket(ctx: ToolContext, args: dict[str, Any]) -> ToolOutcome:
 def get_order(ctx: ToolContext, args: dict[str, Any]) -> ToolOutcome:
     order = customer_order(ctx, args["reference"])
     refunds = list(order.refunds.all())
-    refunded = sum(r.amount_cents for r in refunds)
+    # Money moved and confirmed, apart from money still in flight at a payment provider
+    # (which may have moved, and counts against what is left to refund).
+    refunded = sum(r.amount_cents for r in refunds if r.status != RefundStatus.PENDING)
+    in_flight = sum(r.amount_cents for r in refunds if r.status == RefundStatus.PENDING)
     items = sorted(order.items.all(), key=lambda i: (i.sku, i.pk))
     return outcome(
         {
@@ -217,12 +220,14 @@ def get_order(ctx: ToolContext, args: dict[str, Any]) -> ToolOutcome:
                 for i in items
             ],
             "refunded_cents": refunded,
-            "refundable_cents": order.total_cents - refunded,
+            "refunds_in_flight_cents": in_flight,
+            "refundable_cents": order.total_cents - refunded - in_flight,
             "refunds": [
                 {
                     "amount_cents": r.amount_cents,
                     "reason": r.reason,
                     "created_at": day(r.created_at),
+                    "status": "in_flight" if r.status == RefundStatus.PENDING else "refunded",
                 }
                 for r in refunds
             ],
@@ -269,7 +274,7 @@ def get_customer(ctx: ToolContext, args: dict[str, Any]) -> ToolOutcome:
 
 def list_refunds(ctx: ToolContext, args: dict[str, Any]) -> ToolOutcome:
     since_days = args["since_days"]
-    refunds, total = selectors.refunds_since(
+    refunds, total, in_flight = selectors.refunds_since(
         merchant_id=ctx.merchant_id,
         customer_id=ctx.customer_id,
         since=timezone.now() - dt.timedelta(days=since_days),
@@ -283,10 +288,13 @@ def list_refunds(ctx: ToolContext, args: dict[str, Any]) -> ToolOutcome:
                     "amount_cents": r.amount_cents,
                     "reason": r.reason,
                     "created_at": day(r.created_at),
+                    "status": "in_flight" if r.status == RefundStatus.PENDING else "refunded",
                 }
                 for r in refunds
             ],
+            # Made and confirmed; apart, what is still in flight at a payment provider.
             "total_cents": total,
+            "in_flight_cents": in_flight,
         }
     )
 

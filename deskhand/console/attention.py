@@ -9,6 +9,10 @@ A run that ended badly stays in the queue only while it is its ticket's latest r
 ticket is not resolved: re-running or resolving the ticket is what takes it off. A run
 sleeping out a model rate limit or a provider's retry-after (``Run.waiting_until``, set by
 the model step and cleared when the call proceeds) is here while it waits, with the reason.
+What was done to a run's workflow with DBOS's own tools and needs a person to know (a fork
+refused, a resumed workflow of a closed run stopped again, an open run whose workflow ended:
+``agent.run.workflow_findings``) is here until someone settles it
+(``manage.py workflow_findings --resolve``).
 
 Reads only, each bounded, each filtered by the merchant in SQL.
 """
@@ -25,10 +29,25 @@ from django.db.models import Exists, OuterRef, Q, QuerySet, Sum
 from django.db.models.functions import Coalesce
 from django.urls import reverse
 
-from agent.models import TERMINAL_STATUSES, Run, RunStatus, StopReason
+from agent.models import (
+    TERMINAL_STATUSES,
+    Run,
+    RunStatus,
+    StopReason,
+    WorkflowFinding,
+    WorkflowFindingKind,
+)
 from approvals.models import Approval, ApprovalStatus
 from deskhand.console import present
-from deskhand.desk.models import MessageKind, Order, Refund, Ticket, TicketMessage, TicketStatus
+from deskhand.desk.models import (
+    MessageKind,
+    Order,
+    Refund,
+    RefundStatus,
+    Ticket,
+    TicketMessage,
+    TicketStatus,
+)
 
 LIMIT = 100  # per kind: a queue longer than this is a page to filter, not to scroll
 
@@ -54,7 +73,7 @@ class Stake:
 class Item:
     """One row of the attention queue."""
 
-    kind: str  # "approval" | "escalated" | "run" | "provider_wait"
+    kind: str  # "approval" | "escalated" | "run" | "provider_wait" | "workflow"
     label: str  # what it is, e.g. "Approval waiting", "Ticket escalated"
     title: str  # the one line a person reads
     ticket: str  # the ticket reference
@@ -121,22 +140,27 @@ def approval_stake(approval: Approval, currency: str = "USD") -> Stake | None:
 
 
 def run_money(*, merchant_id: int, runs: list[Run]) -> dict[uuid.UUID, str]:
-    """For the runs list: what each run refunded, else what its open ticket has at stake."""
+    """For the runs list: what each run refunded (money moved and confirmed, and apart from it
+    money still in flight at a payment provider), else what its open ticket has at stake."""
     if not runs:
         return {}
-    refunded = {
-        row["run_id"]: (int(row["total"]), row["currency"])
-        for row in Refund.objects.filter(merchant_id=merchant_id, run_id__in=[r.pk for r in runs])
-        .values("run_id", "currency")
+    refunded: dict[uuid.UUID, list[str]] = {}
+    for row in (
+        Refund.objects.filter(merchant_id=merchant_id, run_id__in=[r.pk for r in runs])
+        .values("run_id", "currency", "status")
         .annotate(total=Sum("amount_cents"))
-    }
+        .order_by("run_id", "-status")  # succeeded before pending
+    ):
+        money = present.cents(int(row["total"]), row["currency"])
+        refunded.setdefault(row["run_id"], []).append(
+            f"{money} in flight" if row["status"] == RefundStatus.PENDING else f"{money} refunded"
+        )
     open_tickets = {r.ticket_id: r.ticket for r in runs if r.ticket.status != TicketStatus.RESOLVED}
     stakes = ticket_stakes(merchant_id=merchant_id, tickets=list(open_tickets.values()))
     out: dict[uuid.UUID, str] = {}
     for r in runs:
         if r.pk in refunded:
-            total, currency = refunded[r.pk]
-            out[r.pk] = f"{present.cents(total, currency)} refunded"
+            out[r.pk] = ", ".join(refunded[r.pk])
         elif r.ticket_id in stakes:
             out[r.pk] = f"{stakes[r.ticket_id]} at stake"
         else:
@@ -190,6 +214,20 @@ def runs_waiting_on_provider(merchant_id: int, limit: int = 100) -> list[Run]:
         .select_related("ticket")
         .order_by("updated_at", "id")[:limit]
     )
+
+
+WORKFLOW_LABELS = {
+    WorkflowFindingKind.FORK_REFUSED: "DBOS fork refused",
+    WorkflowFindingKind.FORK_FAILED: "DBOS fork failed",
+    WorkflowFindingKind.UNKNOWN_WORKFLOW: "Unknown workflow refused",
+    WorkflowFindingKind.WORKFLOW_REVIVED: "Resumed in DBOS, stopped",
+    WorkflowFindingKind.WORKFLOW_ENDED: "Workflow ended in DBOS",
+}
+
+
+def _workflow_findings(merchant_id: int) -> QuerySet[WorkflowFinding]:
+    """Open findings about this merchant's runs' workflows (agent.run.workflow_findings)."""
+    return WorkflowFinding.objects.filter(merchant_id=merchant_id, resolved_at__isnull=True)
 
 
 def _age(since: dt.datetime, now: dt.datetime) -> str:
@@ -276,6 +314,26 @@ def attention_items(*, merchant_id: int, now: dt.datetime) -> list[Item]:
                 url=_run_url(r.pk),
             )
         )
+    for f in (
+        _workflow_findings(merchant_id)
+        .select_related("run__ticket", "forked_from__ticket")
+        .order_by("found_at")[:LIMIT]
+    ):
+        about = f.run or f.forked_from
+        if about is None:  # its run is gone (seed --reset): health still lists it
+            continue
+        items.append(
+            Item(
+                kind="workflow",
+                label=WORKFLOW_LABELS.get(WorkflowFindingKind(f.kind), f.get_kind_display()),
+                title=f.detail,
+                ticket=about.ticket.reference,
+                since=f.found_at,
+                age=_age(f.found_at, now),
+                money="—",
+                url=_run_url(about.pk),
+            )
+        )
     items.sort(key=lambda i: i.since)
     return items
 
@@ -291,6 +349,7 @@ def attention_counts(*, merchant_id: int) -> dict[str, int]:
         ).count(),
         "runs": _ended_short(merchant_id).count(),
         "provider_wait": _waiting_on_provider(merchant_id).count(),
+        "workflows": _workflow_findings(merchant_id).count(),
     }
     counts["total"] = sum(counts.values())
     return counts

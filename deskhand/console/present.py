@@ -287,15 +287,30 @@ class OrderFacts:
 
     @property
     def refunded_cents(self) -> int:
+        """Money moved back and confirmed (``refund_figures``' ``refunded``)."""
         return int(getattr(self.order, "refunded", 0) or 0)
+
+    @property
+    def in_flight_cents(self) -> int:
+        """Claimed at a payment provider, not yet confirmed: it may have moved."""
+        return int(getattr(self.order, "in_flight", 0) or 0)
 
     @property
     def refunded(self) -> str:
         return cents(self.refunded_cents, self.order.currency)
 
     @property
+    def in_flight(self) -> str:
+        return cents(self.in_flight_cents, self.order.currency)
+
+    @property
+    def remaining_cents(self) -> int:
+        """What may still be refunded: money in flight counts against it (it may have moved)."""
+        return self.order.total_cents - self.refunded_cents - self.in_flight_cents
+
+    @property
     def remaining(self) -> str:
-        return cents(self.order.total_cents - self.refunded_cents, self.order.currency)
+        return cents(self.remaining_cents, self.order.currency)
 
 
 # Arguments that are the model's own account, not anything read from the database.
@@ -364,7 +379,7 @@ class ApprovalView:
     def exceeds_remaining(self) -> bool:
         if self.order is None or self.amount_cents is None:
             return False
-        return self.amount_cents > self.order.order.total_cents - self.order.refunded_cents
+        return self.amount_cents > self.order.remaining_cents
 
     @property
     def age(self) -> str:

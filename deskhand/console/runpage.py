@@ -14,6 +14,7 @@ from django.utils import timezone
 from agent.models import Run, Step
 from agent.privacy.redaction import replay_refusal
 from agent.replay import rebuild, timeline
+from agent.run.selectors import run_refund_figures
 from approvals.selectors import run_audit
 from deskhand.console import forks, present, selectors, story
 from deskhand.desk.models import Membership
@@ -28,6 +29,9 @@ def actions_signature(run: Run, pending_ids: list[str]) -> str:
 def panel_context(run: Run, membership: Membership) -> dict[str, Any]:
     """The facts and history (``panel``) and what a person can do (``actions``)."""
     approvals = selectors.run_approvals(run_id=run.pk)
+    outside = selectors.run_workflow_findings(run=run)
+    money = run_refund_figures(run)
+    currency = selectors.run_currency(run=run) if any(dataclasses.astuple(money)) else "USD"
     started = run.started_at or run.created_at
     end = run.finished_at or (timezone.now() if run.is_open else run.updated_at)
     now = timezone.now()
@@ -51,7 +55,11 @@ def panel_context(run: Run, membership: Membership) -> dict[str, Any]:
         "pending": present.approval_views(pending, now),
         "notes": selectors.run_notes(run_id=run.pk),
         "audit": run_audit(run_id=run.pk),
-        "refunded": present.cents(selectors.run_refunded_cents(run_id=run.pk)),
+        # Money three ways (agent.run.selectors.RefundFigures): moved and confirmed, in flight
+        # at a payment provider, approved and not moved.
+        "refunded": present.cents(money.moved, currency),
+        "in_flight": present.cents(money.in_flight, currency) if money.in_flight else "",
+        "not_moved": present.cents(money.not_moved, currency) if money.not_moved else "",
         "tokens": run.total_tokens,
         "cache_hit": "—" if run.cache_hit_ratio is None else f"{run.cache_hit_ratio:.0%}",
         "wall": present.duration((end - started).total_seconds()) if end else "—",
@@ -62,6 +70,8 @@ def panel_context(run: Run, membership: Membership) -> dict[str, Any]:
         "actions_sig": actions_signature(run, [str(a.pk) for a, _ in pending]),
         "run_path": reverse("console:run", kwargs={"run_id": run.pk}),
         "redactions": present.redaction_views(run),
+        "workflow_findings": outside,
+        "started_outside": selectors.started_outside(outside, run),
         **forks.fork_links(run, membership),  # the lineage's links; replay is for owners
     }
 

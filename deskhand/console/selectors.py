@@ -18,9 +18,9 @@ from typing import Any
 from django.db.models import Count, OuterRef, Q, QuerySet, Subquery, Sum
 from django.db.models.functions import Coalesce
 
-from agent.models import Run, Step
+from agent.models import Run, Step, WorkflowFinding, WorkflowFindingKind
 from approvals.models import Approval, ApprovalPolicy, ApprovalStatus, StaffNote
-from deskhand.desk.models import Order, Ticket
+from deskhand.desk.models import Order, RefundStatus, Ticket
 
 PAGE_SIZE = 50
 INBOX_LIMIT = 100
@@ -127,7 +127,7 @@ def ticket_get(*, merchant_id: int, reference: str) -> Ticket | None:
 def ticket_orders(*, merchant_id: int, customer_id: int, limit: int = 10) -> list[Order]:
     return list(
         Order.objects.filter(merchant_id=merchant_id, customer_id=customer_id)
-        .annotate(refunded=Coalesce(Sum("refunds__amount_cents"), 0))
+        .annotate(**refund_figures())
         .order_by("-placed_at", "-id")[:limit]
     )
 
@@ -249,10 +249,32 @@ def run_notes(*, run_id: uuid.UUID | str) -> list[StaffNote]:
     )
 
 
-def run_refunded_cents(*, run_id: uuid.UUID | str) -> int:
-    return int(
-        Run.objects.filter(pk=run_id).aggregate(t=Coalesce(Sum("refunds__amount_cents"), 0))["t"]
+def run_workflow_findings(*, run: Run) -> list[WorkflowFinding]:
+    """What was done to this run's workflow with DBOS's own tools, or to forks of it, and what
+    became of it (agent.run.workflow_findings), oldest first."""
+    return list(
+        WorkflowFinding.objects.filter(merchant_id=run.merchant_id)
+        .filter(Q(run_id=run.pk) | Q(forked_from_id=run.pk))
+        .order_by("found_at", "pk")[:20]
     )
+
+
+def started_outside(findings: list[WorkflowFinding], run: Run) -> bool:
+    """Whether the run is a fork made with DBOS's own tools (nobody in Deskhand started it)."""
+    return any(f.kind == WorkflowFindingKind.FORK_ADOPTED and f.run_id == run.pk for f in findings)
+
+
+def refund_figures() -> dict[str, Any]:
+    """Per order: ``refunded`` (money moved and confirmed) and ``in_flight`` (claimed at a
+    payment provider that has not confirmed it: it may have moved), integer cents."""
+    return {
+        "refunded": Coalesce(
+            Sum("refunds__amount_cents", filter=Q(refunds__status=RefundStatus.SUCCEEDED)), 0
+        ),
+        "in_flight": Coalesce(
+            Sum("refunds__amount_cents", filter=Q(refunds__status=RefundStatus.PENDING)), 0
+        ),
+    }
 
 
 def open_run_counts(*, merchant_id: int) -> dict[str, int]:
@@ -292,7 +314,7 @@ def pending_approvals(*, merchant_id: int, limit: int = INBOX_LIMIT) -> list[Inb
     orders = {
         o.reference: o
         for o in Order.objects.filter(merchant_id=merchant_id, reference__in=refs).annotate(
-            refunded=Coalesce(Sum("refunds__amount_cents"), 0)
+            **refund_figures()
         )
     }
     return [
@@ -333,7 +355,7 @@ def order_facts(*, merchant_id: int, arguments: Any) -> Order | None:
         return None
     return (
         Order.objects.filter(merchant_id=merchant_id, reference=str(ref))
-        .annotate(refunded=Coalesce(Sum("refunds__amount_cents"), 0))
+        .annotate(**refund_figures())
         .first()
     )
 

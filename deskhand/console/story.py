@@ -149,18 +149,28 @@ def _order(r: dict[str, Any], args: Mapping[str, Any], currency: str) -> str:
     cur = str(r.get("currency") or currency)
     total = _money(r.get("total_cents"), cur)
     refunded = _int(r.get("refunded_cents"))
+    in_flight = _int(r.get("refunds_in_flight_cents"))
     left = _money(r.get("refundable_cents"), cur)
     head = f"Looked up order {r.get('reference') or _ref(args)}"
     if total is None:
         return head
+    flight = f", {cents(in_flight, cur)} in flight (not yet confirmed)" if in_flight else ""
     if not refunded:
-        return f"{head} — {total}, nothing refunded yet"
-    return f"{head} — {total}, {cents(refunded, cur)} refunded, {left} left"
+        return f"{head} — {total}, nothing refunded yet{flight}" + (
+            f", {left} left" if flight else ""
+        )
+    return f"{head} — {total}, {cents(refunded, cur)} refunded{flight}, {left} left"
 
 
 def _tool(step: Step, p: payloads.ToolPayload, currency: str) -> str:
     args = step.arguments if isinstance(step.arguments, dict) else {}
     name = step.tool
+    if not step.ok and p.effect_state == "pending":
+        # Sent to another system that has not answered: neither done nor failed.
+        return (
+            f"Sent “{intent(name, args, currency)}” to the {p.adapter or 'other'} system, which has "
+            "not confirmed it yet: in flight, it may or may not have happened"
+        )
     if not step.ok:
         reason = fence.unwrap(p.text).strip() or "no reason given"
         return f"Tried to {intent(name, args, currency)}, which failed: {_quote(reason)}"
@@ -185,7 +195,16 @@ def _tool(step: Step, p: payloads.ToolPayload, currency: str) -> str:
         days = r.get("since_days", _ref(args, "since_days"))
         if not found:
             return f"Checked the customer's refunds of the last {days} days — none"
-        return f"Checked the customer's refunds of the last {days} days — {found}, {total} in all"
+        if "in_flight_cents" not in r:  # recorded before money in flight was told apart
+            return (
+                f"Checked the customer's refunds of the last {days} days — {found}, {total} in all"
+            )
+        in_flight = _int(r.get("in_flight_cents"))
+        flight = f", and {cents(in_flight, cur)} in flight (not yet confirmed)" if in_flight else ""
+        return (
+            f"Checked the customer's refunds of the last {days} days — {found}, {total} "
+            f"refunded{flight}"
+        )
     if name == "search_kb":
         found = len(r.get("results") or [])
         return f"Searched the help articles for {_quote(args.get('query', ''))} — {found} found"

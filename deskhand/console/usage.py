@@ -11,13 +11,13 @@ import datetime as dt
 from typing import Any
 from zoneinfo import ZoneInfo
 
-from django.db.models import Count, Sum
+from django.db.models import Count, Q, Sum
 from django.db.models.functions import TruncDate
 from django.utils import timezone
 
 from agent.models import Run
 from deskhand.console import present
-from deskhand.desk.models import Merchant, Refund
+from deskhand.desk.models import Merchant, Refund, RefundStatus
 
 DAYS = 14
 
@@ -27,10 +27,11 @@ class UsageDay:
     day: dt.date
     runs: int
     spend_micros: int
-    refunds_cents: int
+    refunds_cents: int  # money moved and confirmed
     refund_count: int
     spend_pct: int  # of the daily spend cap, clipped to 100 for the bar
-    refund_pct: int
+    refund_pct: int  # of the daily refund ceiling, money in flight included (it counts)
+    in_flight_cents: int = 0  # claimed at a payment provider, not yet confirmed
 
     @property
     def spend(self) -> str:
@@ -39,6 +40,10 @@ class UsageDay:
     @property
     def refunds(self) -> str:
         return present.cents(self.refunds_cents)
+
+    @property
+    def in_flight(self) -> str:
+        return present.cents(self.in_flight_cents)
 
     @property
     def over_spend(self) -> bool:
@@ -75,7 +80,11 @@ def usage_days(
         for r in Refund.objects.filter(merchant_id=merchant.pk, created_at__gte=since)
         .annotate(day=TruncDate("created_at", tzinfo=zone))
         .values("day")
-        .annotate(total=Sum("amount_cents"), n=Count("id"))
+        .annotate(
+            total=Sum("amount_cents", filter=~Q(status=RefundStatus.PENDING)),
+            in_flight=Sum("amount_cents", filter=Q(status=RefundStatus.PENDING)),
+            n=Count("id", filter=~Q(status=RefundStatus.PENDING)),
+        )
     }
     out = []
     for i in range(days):
@@ -84,6 +93,7 @@ def usage_days(
         r = refunds.get(day, {})
         spend_micros = int(s.get("spend") or 0)
         refund_cents = int(r.get("total") or 0)
+        in_flight = int(r.get("in_flight") or 0)
         out.append(
             UsageDay(
                 day=day,
@@ -92,7 +102,8 @@ def usage_days(
                 refunds_cents=refund_cents,
                 refund_count=int(r.get("n") or 0),
                 spend_pct=_pct(spend_micros, merchant.daily_spend_cap_micros),
-                refund_pct=_pct(refund_cents, merchant.daily_refund_ceiling_cents),
+                refund_pct=_pct(refund_cents + in_flight, merchant.daily_refund_ceiling_cents),
+                in_flight_cents=in_flight,
             )
         )
     return out

@@ -30,6 +30,9 @@ CONFIG_FILE = Path(settings.BASE_DIR) / "dbos-config.yaml"
 
 # DBOS workflow states in which a workflow can still execute steps.
 ACTIVE_WORKFLOW_STATES = ("PENDING", "ENQUEUED")
+# DBOS's own queue: recovery of unqueued workflows, and where `dbos workflow fork` and
+# `dbos workflow resume` put a workflow (dbos._utils.INTERNAL_QUEUE_NAME, pinned by a test).
+DBOS_INTERNAL_QUEUE = "_dbos_internal_queue"
 
 
 class DBOSSetupError(RuntimeError):
@@ -240,6 +243,23 @@ def cancel_run_workflow(run_id: str) -> WorkflowState | None:
     return workflow_states([run_id]).get(run_id)
 
 
+def workflow_state(workflow_id: str) -> WorkflowState | None:
+    """What DBOS says about one workflow right now (``None``: it does not exist).
+
+    Read straight from DBOS's own table through the Django connection, so a caller holding
+    row locks in a transaction asks without a second connection: what a person's decision
+    is checked against, because an operator may have cancelled the workflow with DBOS's
+    own tools a moment ago and our run row does not know it yet.
+    """
+    with connections["default"].cursor() as cur:
+        cur.execute(
+            "SELECT status, error FROM dbos.workflow_status WHERE workflow_uuid = %s",
+            [workflow_id],
+        )
+        row = cur.fetchone()
+    return None if row is None else WorkflowState(workflow_id, str(row[0]), _error_text(row[1]))
+
+
 def workflow_states(run_ids: list[str]) -> dict[str, WorkflowState]:
     """DBOS's view of these workflows, by id (absent ids never existed)."""
     out: dict[str, WorkflowState] = {}
@@ -256,12 +276,20 @@ def workflow_states(run_ids: list[str]) -> dict[str, WorkflowState]:
 # of runs parked, they must cost what the answer costs, not what the parked runs cost:
 # listing every open run's workflow through the client was O(parked) Python each pass
 # (docs/scaling.md, "Idle cost").
-TROUBLED_WORKFLOW_STATES = ("ERROR", "MAX_RECOVERY_ATTEMPTS_EXCEEDED", "CANCELLED")
+# A run's id is a UUID; a workflow id may be any text (``dbos workflow fork -f <id>``).
+_AS_RUN_ID = (
+    "CASE WHEN w.workflow_uuid ~ '^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-"
+    "[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$' THEN w.workflow_uuid::uuid END"
+)
+
+
+TROUBLED_WORKFLOW_STATES = ("ERROR", "MAX_RECOVERY_ATTEMPTS_EXCEEDED", "CANCELLED", "SUCCESS")
 
 
 def troubled_run_workflows(*, run_table: str, run_statuses: list[str]) -> dict[str, WorkflowState]:
     """Runs in ``run_statuses`` whose workflow DBOS records as failed, out of recovery
-    attempts, or cancelled, by run id."""
+    attempts, cancelled or ended, by run id (a run closes itself before its workflow ends,
+    so an open run's workflow never ends on its own)."""
     with connections["default"].cursor() as cur:
         cur.execute(
             f'SELECT w.workflow_uuid, w.status, w.error FROM "{run_table}" r'
@@ -287,16 +315,142 @@ def runs_without_workflow(*, run_table: str, status: str, created_before: dt.dat
         return [r[0] for r in cur.fetchall()]
 
 
-def runs_with_active_workflow(*, run_table: str, status: str) -> list[str]:
-    """Runs in ``status`` whose run workflow DBOS still holds as able to act."""
+def runs_with_active_workflow(
+    *,
+    run_table: str,
+    statuses: list[str],
+    finished_before: dt.datetime | None = None,
+    resumed_only: bool = False,
+) -> dict[str, WorkflowState]:
+    """Runs in ``statuses`` (closed ones) whose run workflow DBOS holds as able to act, by run
+    id. With ``finished_before``, only runs closed before it (a run's own last step closes it
+    a moment before DBOS records its workflow's end); with ``resumed_only``, only workflows
+    on DBOS's internal queue (where ``dbos workflow resume`` puts one; recovery after a crash
+    leaves a run's workflow on its own queue). Through DBOS's in-flight index."""
     with connections["default"].cursor() as cur:
         cur.execute(
-            f'SELECT w.workflow_uuid FROM dbos.workflow_status w JOIN "{run_table}" r'
-            " ON r.id::text = w.workflow_uuid"
-            " WHERE w.name = %s AND w.status = ANY(%s) AND r.status = %s",
-            [RUN_WORKFLOW, list(ACTIVE_WORKFLOW_STATES), status],
+            f'SELECT w.workflow_uuid, w.status FROM dbos.workflow_status w JOIN "{run_table}" r'
+            f" ON r.id = {_AS_RUN_ID}"
+            " WHERE w.name = %s AND w.status = ANY(%s) AND r.status = ANY(%s)"
+            " AND (%s::timestamptz IS NULL OR r.finished_at < %s::timestamptz)"
+            " AND (NOT %s OR w.queue_name = %s)",
+            [
+                RUN_WORKFLOW,
+                list(ACTIVE_WORKFLOW_STATES),
+                statuses,
+                finished_before,
+                finished_before,
+                resumed_only,
+                DBOS_INTERNAL_QUEUE,
+            ],
         )
-        return [r[0] for r in cur.fetchall()]
+        return {wid: WorkflowState(wid, status, None) for wid, status in cur.fetchall()}
+
+
+def runs_whose_workflow_ended_later(
+    *,
+    run_table: str,
+    statuses: list[str],
+    since: dt.datetime,
+    finding_table: str,
+    finding_kind: str,
+) -> dict[str, WorkflowState]:
+    """Closed runs whose workflow DBOS ran again after the run was closed and that has ended
+    since ``since``, with no finding of ``finding_kind`` yet, by run id.
+
+    "Ran again": dequeued from DBOS's internal queue after the run closed — where ``dbos
+    workflow resume`` puts a workflow (DBOS records the dequeue in ``started_at_epoch_ms``);
+    a run's own queue is ``DESKHAND_QUEUE``, which recovery after a crash keeps. Through
+    DBOS's index on ``completed_at``: only recent endings are read.
+    """
+    with connections["default"].cursor() as cur:
+        cur.execute(
+            "SELECT w.workflow_uuid, w.status, w.error FROM dbos.workflow_status w"
+            f' JOIN "{run_table}" r ON r.id = {_AS_RUN_ID}'
+            " WHERE w.completed_at >= %s AND w.name = %s AND r.status = ANY(%s)"
+            " AND w.status <> ALL(%s) AND w.queue_name = %s"
+            " AND w.started_at_epoch_ms > extract(epoch FROM r.finished_at) * 1000"
+            f' AND NOT EXISTS (SELECT 1 FROM "{finding_table}" f'
+            " WHERE f.workflow_id = w.workflow_uuid AND f.kind = %s)",
+            [
+                int(since.timestamp() * 1000),
+                RUN_WORKFLOW,
+                statuses,
+                list(ACTIVE_WORKFLOW_STATES),
+                DBOS_INTERNAL_QUEUE,
+                finding_kind,
+            ],
+        )
+        return {
+            wid: WorkflowState(wid, status, _error_text(error))
+            for wid, status, error in cur.fetchall()
+        }
+
+
+def workflow_output(workflow_id: str) -> Any:
+    """What the workflow returned, as DBOS recorded it (``None`` if nothing or unreadable)."""
+    found = client().list_workflows(workflow_ids=[workflow_id], load_input=False)
+    return found[0].output if found else None
+
+
+@dataclass(frozen=True)
+class WorkflowOrigin:
+    """Where a workflow came from, as DBOS records it: what a run workflow with no run is."""
+
+    workflow_id: str
+    name: str
+    status: str
+    error: str | None
+    forked_from: str | None
+    start_step: int
+    """The first DBOS step the workflow runs itself. For a fork, one past the last checkpoint
+    DBOS copied from the original (it copies every step before the fork's start step); DBOS
+    records no start step of its own. Read before the fork runs a step of its own."""
+
+    @property
+    def active(self) -> bool:
+        return self.status in ACTIVE_WORKFLOW_STATES
+
+
+def workflow_origin(workflow_id: str) -> WorkflowOrigin | None:
+    """What DBOS records of where this workflow came from (``None``: it does not exist)."""
+    with connections["default"].cursor() as cur:
+        cur.execute(
+            "SELECT w.name, w.status, w.error, w.forked_from,"
+            " (SELECT coalesce(max(o.function_id), 0) FROM dbos.operation_outputs o"
+            "  WHERE o.workflow_uuid = w.workflow_uuid)"
+            " FROM dbos.workflow_status w WHERE w.workflow_uuid = %s",
+            [workflow_id],
+        )
+        row = cur.fetchone()
+    if row is None:
+        return None
+    name, status, error, forked_from, last_copied = row
+    return WorkflowOrigin(
+        workflow_id, str(name), str(status), _error_text(error), forked_from, int(last_copied) + 1
+    )
+
+
+def forks_without_run(*, run_table: str, finding_table: str) -> list[WorkflowOrigin]:
+    """Run workflows forked with DBOS's own tools that are no run's and nobody has reported yet.
+
+    A fork Deskhand makes (``replay --fork-from``) has its run before DBOS has the fork;
+    one made with ``dbos workflow fork`` or a client has none until Deskhand adopts it.
+    Through DBOS's partial index on ``forked_from`` and the runs' primary key: forks are few.
+    """
+    with connections["default"].cursor() as cur:
+        cur.execute(
+            "SELECT w.workflow_uuid FROM dbos.workflow_status w"
+            " WHERE w.forked_from IS NOT NULL AND w.name = %s"
+            f' AND NOT EXISTS (SELECT 1 FROM "{run_table}" r WHERE r.id = {_AS_RUN_ID})'
+            f' AND NOT EXISTS (SELECT 1 FROM "{finding_table}" f'
+            " WHERE f.workflow_id = w.workflow_uuid)"
+            " ORDER BY w.created_at LIMIT 500",
+            [RUN_WORKFLOW],
+        )
+        ids = [r[0] for r in cur.fetchall()]
+    origins = (workflow_origin(wid) for wid in ids)
+    return [o for o in origins if o is not None]
 
 
 def active_runs_with_step(step_name: str) -> int:

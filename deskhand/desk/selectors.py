@@ -10,10 +10,18 @@ import datetime as dt
 import re
 
 from django.contrib.postgres.search import SearchQuery, SearchRank
-from django.db.models import F, Prefetch, QuerySet, Sum
+from django.db.models import F, Prefetch, Q, QuerySet, Sum
 from django.db.models.functions import Coalesce
 
-from deskhand.desk.models import Customer, KbArticle, Order, Refund, Ticket, TicketMessage
+from deskhand.desk.models import (
+    Customer,
+    KbArticle,
+    Order,
+    Refund,
+    RefundStatus,
+    Ticket,
+    TicketMessage,
+)
 
 KB_RESULT_LIMIT = 5
 _WORD = re.compile(r"[a-z0-9]+")
@@ -71,14 +79,19 @@ def customer_tickets(*, merchant_id: int, customer_id: int, limit: int = 20) -> 
 
 def refunds_since(
     *, merchant_id: int, since: dt.datetime, customer_id: int | None = None, limit: int = 50
-) -> tuple[list[Refund], int]:
-    """Refunds created at or after ``since`` (newest first, at most ``limit``) and their full total."""
+) -> tuple[list[Refund], int, int]:
+    """Refunds created at or after ``since`` (newest first, at most ``limit``), the full total
+    of those made and confirmed, and the full total of those still in flight at a payment
+    provider (claimed, not yet confirmed: they may have moved)."""
     refunds = Refund.objects.filter(merchant_id=merchant_id, created_at__gte=since)
     if customer_id is not None:
         refunds = refunds.filter(order__customer_id=customer_id)
-    total = int(refunds.aggregate(t=Coalesce(Sum("amount_cents"), 0))["t"])
+    totals = refunds.aggregate(
+        done=Coalesce(Sum("amount_cents", filter=~Q(status=RefundStatus.PENDING)), 0),
+        in_flight=Coalesce(Sum("amount_cents", filter=Q(status=RefundStatus.PENDING)), 0),
+    )
     rows = list(refunds.select_related("order").order_by("-created_at", "-id")[:limit])
-    return rows, total
+    return rows, int(totals["done"]), int(totals["in_flight"])
 
 
 def kb_query_words(query: str) -> list[str]:

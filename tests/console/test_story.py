@@ -115,6 +115,20 @@ def test_a_refused_or_cut_off_model_turn_says_so(stop, words):
             "Checked the customer's refunds of the last 30 days — 2, $50.50 in all.",
         ),
         (
+            "list_refunds",
+            {"since_days": 30},
+            {"since_days": 30, "refunds": [{}, {}], "total_cents": 1250, "in_flight_cents": 3800},
+            "Checked the customer's refunds of the last 30 days — 2, $12.50 refunded, and $38.00 "
+            "in flight (not yet confirmed).",
+        ),
+        (
+            "get_order",
+            {"reference": "NW-1042"},
+            {**ORDER, "refunds_in_flight_cents": 3800, "refundable_cents": 8600},
+            "Looked up order NW-1042 — $124.00, nothing refunded yet, $38.00 in flight (not yet "
+            "confirmed), $86.00 left.",
+        ),
+        (
             "search_kb",
             {"query": "damaged goods"},
             {"query": "damaged goods", "results": [{}, {}, {}]},
@@ -184,6 +198,24 @@ def test_a_failed_tool_step_quotes_why():
     failed = tool("get_order", {"reference": "NW-9"}, "no order NW-9 for this customer", ok=False)
     assert sentence(failed) == (
         "Tried to look up order NW-9, which failed: “no order NW-9 for this customer”."
+    )
+
+
+def test_a_refund_the_provider_has_not_confirmed_reads_as_in_flight_never_as_failed():
+    sent = step(
+        "tool",
+        {
+            "text": "The payment provider has not confirmed the refund of 38.00 USD …",
+            "adapter": "payments",
+            "effect_state": "pending",
+        },
+        tool="issue_refund",
+        args={"order_reference": "NW-1042", "amount_cents": 3800, "reason": "x"},
+        ok=False,
+    )
+    assert sentence(sent) == (
+        "Sent “refund $38.00 on order NW-1042” to the payments system, which has not confirmed "
+        "it yet: in flight, it may or may not have happened."
     )
 
 

@@ -113,6 +113,7 @@ def test_healthz_answers_without_sign_in_and_carries_no_ids(client, seeded):
         "stuck_runs",
         "runs_on_unserved_versions",
         "effect_findings_open",
+        "workflow_findings_open",
     }
 
 

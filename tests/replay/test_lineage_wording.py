@@ -210,5 +210,5 @@ def test_a_claim_not_yet_confirmed_answers_the_same_refund_and_is_on_the_card_of
     assert lineage.lookup(run, {"id": "toolu_c", "name": "issue_refund", "input": other}) is None
     [prior] = lineage.prior_effects(run, "issue_refund", other)
     assert prior["what"] == (
-        "Refunded 38.00 USD against NW-1042 (sent to payments, not yet confirmed)."
+        "Refund of 38.00 USD against NW-1042 in flight (sent to payments, not yet confirmed)."
     )

@@ -1,7 +1,8 @@
 """``python manage.py health [--json]``: is the fleet well, and if not, what to look at.
 
 Exit 0 when healthy; 1 when the database answers but something needs a person (no
-live worker, stuck runs, runs waiting on a version no worker serves); 2 when the
+live worker, stuck runs, runs waiting on a version no worker serves, open effect or
+workflow findings); 2 when the
 database does not answer. With ``--json`` the report is one JSON object on stdout.
 """
 
@@ -97,3 +98,15 @@ class Command(DeskhandCommand):
                 f" claims pending at a provider: {fx['pending_claims']}"
                 + (" — settle with manage.py effects_findings" if fx["open"] else "")
             )
+        wf = r.workflows
+        if wf:
+            kinds = ", ".join(f"{k} {n}" for k, n in sorted(wf["by_kind"].items()))
+            w(
+                f"done with DBOS's own tools, open: {wf['open']}{f' ({kinds})' if kinds else ''}"
+                + (" — settle with manage.py workflow_findings" if wf["open"] else "")
+            )
+            for f in wf["findings"]:
+                w(f"  #{f['id']} {f['kind']}: {f['detail']}")
+            for f in wf["recent"]:
+                if f["resolved_at"]:
+                    w(f"  recent, settled: {f['kind']}: {f['detail']}")

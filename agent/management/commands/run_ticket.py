@@ -86,7 +86,12 @@ class Command(DeskhandCommand):
         if not rerun_needs_confirming(ticket=ticket, done=done):
             return
         said = [
-            f"refunded {display_cents(d.amount_cents, d.currency)} on {d.detail}"
+            (
+                f"a refund of {display_cents(d.amount_cents, d.currency)} on {d.detail} is in"
+                " flight (not yet confirmed by the payment provider)"
+                if d.in_flight
+                else f"refunded {display_cents(d.amount_cents, d.currency)} on {d.detail}"
+            )
             if d.what == "refund" and d.amount_cents is not None
             else f"emailed the customer ({d.detail!r})"
             for d in done

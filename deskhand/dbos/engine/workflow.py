@@ -36,6 +36,7 @@ from django.db import close_old_connections
 
 from agent.loop import run_agent
 from agent.models import Run
+from agent.replay.fork import limited_call_refuse, workflow_adopt
 from agent.run import faults
 from agent.run.lifecycle import run_fail
 from agent.run.turns import model_turn, turn
@@ -85,6 +86,21 @@ def model_slot(merchant_id: int) -> asyncio.Semaphore:
     if sem is None:
         sem = _slots[merchant_id] = asyncio.Semaphore(settings.DESKHAND_MERCHANT_MODEL_CALLS)
     return sem
+
+
+def _outside(fn: Callable[..., str], *args: Any) -> str:
+    """Django code a workflow runs before (or instead of) its first step, off the event loop."""
+    guard()
+    close_old_connections()
+    try:
+        return fn(*args)
+    finally:
+        close_old_connections()
+
+
+def _refusal(workflow_id: str) -> str:
+    """Why this run workflow may not run ("" when it is a run's, or a fork just adopted as one)."""
+    return workflow_adopt(workflow_id).refusal
 
 
 def _merchant_of(run_id: str) -> int:
@@ -222,7 +238,11 @@ async def limited_call(key: str, run_id: str, *args: Any) -> Any:
     # DBOS names a child ``<parent id>-<the parent's function id>``: the run's checkpoint of
     # this call, which the step row records so a fork can start there (agent.replay.fork).
     tail = child.removeprefix(f"{run_id}-")
-    at = int(tail) if tail.isdigit() else None
+    at = int(tail) if tail != child and tail.isdigit() else None
+    if at is None:
+        # Not a call the run made (DBOS names those <run id>-<n>): a fork of one, made with
+        # DBOS's own tools. Refused and cancelled; it calls nothing (agent.replay.fork).
+        return {"refused": await asyncio.to_thread(_outside, limited_call_refuse, child, run_id)}
     try:
         name = _STEP_NAME.get(key, key)
         out = await DBOSRuntime(run_id, at).step(name, LIMITED_STEPS[key], run_id, *args)
@@ -241,6 +261,12 @@ async def run_workflow() -> dict[str, Any]:
     A run parked through many restarts is not dead-lettered (max_recovery_attempts)."""
     run_id = DBOS.workflow_id
     assert run_id is not None
+    # A workflow that is no run's — a fork made with DBOS's own tools — becomes a run as
+    # `replay --fork-from` would make it, or is refused and cancelled (agent.replay.fork).
+    # Outside any step: one read for every run, and the step sequence is unchanged.
+    refusal = await asyncio.to_thread(_outside, _refusal, run_id)
+    if refusal:
+        return {"status": "refused", "detail": refusal}
     rt = DBOSRuntime(run_id)
     try:
         return await run_agent(rt)
