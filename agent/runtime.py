@@ -159,10 +159,11 @@ class MemoryRuntime:
         step_id = len(self.step_names)
 
         def call() -> T:
-            current_step_id.set(step_id)
+            token = current_step_id.set(step_id)
             try:
                 return fn(*args)
             finally:
+                current_step_id.reset(token)
                 if self.after_step is not None:
                     self.after_step()
 

@@ -30,6 +30,8 @@ COMMANDS = [
     ["bench", "--parked", "1", "--runs", "1", "--samples", "1", "--wake", "0"],
     ["effects_findings"],
     ["effects_findings", "--json"],
+    ["workflow_findings"],
+    ["workflow_findings", "--json"],
     ["erase_customer", "someone@example.test", "--as", OWNER],
     ["health"],
     ["health", "--json"],

@@ -34,8 +34,11 @@ class InlineRuntime:
 
     async def step(self, name: str, fn: Callable[..., T], *args: Any) -> T:
         self.step_names.append(name)
-        current_step_id.set(len(self.step_names))
-        return fn(*args)
+        token = current_step_id.set(len(self.step_names))
+        try:
+            return fn(*args)
+        finally:
+            current_step_id.reset(token)
 
     async def limited_step(self, name: str, fn: Callable[..., T], *args: Any) -> T:
         return await self.step(name, fn, *args)

@@ -60,7 +60,9 @@ def _in_thread[R](name: str, fn: Callable[..., R], *args: Any, function_id: int 
     guard()
     close_old_connections()
     # A limited call's step row names the run's checkpoint of the call, not the child's own.
-    current_step_id.set(function_id if function_id is not None else DBOS.step_id)
+    # Reset afterwards: a step body may run on a thread that later writes rows outside any
+    # step (a test's main thread), which must not inherit this step's id.
+    token = current_step_id.set(function_id if function_id is not None else DBOS.step_id)
     try:
         faults.at("before_step", name)
         result = fn(*args)
@@ -68,6 +70,7 @@ def _in_thread[R](name: str, fn: Callable[..., R], *args: Any, function_id: int 
         faults.at("after_step", name)
         return result
     finally:
+        current_step_id.reset(token)
         close_old_connections()
 
 
