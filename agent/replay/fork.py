@@ -33,6 +33,10 @@ created ``queued``; if the DBOS fork raises, the run ends
 ``failed``/``enqueue_failed`` at once; if the process dies in between, the
 reconciler ends it ``failed``/``enqueue_lost``. The one-open-run-per-ticket
 rule applies.
+
+Over 400 lines because a fork made with DBOS's own tools (``dbos workflow fork``) ends here
+too: adopting it as a run, or refusing it, must apply exactly the rules above, and two
+copies of those rules would drift.
 """
 
 from __future__ import annotations

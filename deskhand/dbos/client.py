@@ -5,6 +5,10 @@ through a ``DBOSClient`` on the Django database, and ask DBOS's tables the quest
 reconciler and health need. This is the lower of ``deskhand.dbos``'s two layers: apps
 (``agent``, ``approvals``) import it; it imports no app and not the engine above it,
 which runs workflows in a worker (``deskhand.dbos.engine``) and shares the URL rules here.
+
+Over 400 lines on purpose: every question asked of DBOS's tables from outside a worker
+(health, the reconciler, forks made with DBOS's own tools) is here, so an upgrade of
+``dbos`` that changes its schema is checked against one file.
 """
 
 from __future__ import annotations

@@ -2,6 +2,10 @@
 
 Money is integer cents everywhere; no float ever touches it. Every row that
 belongs to a merchant carries the merchant so that every query can be scoped.
+
+Over 400 lines because a ticket's thread (messages, support addresses) and the merchant's
+settings for it belong with the tickets and customers they refer to; split by table they
+would import each other.
 """
 
 from __future__ import annotations
