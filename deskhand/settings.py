@@ -64,9 +64,11 @@ INSTALLED_APPS = [
     "django_htmx",
     "deskhand.desk",
     "deskhand.mail",
+    "deskhand.apikeys",
     "approvals",
     "agent",
     "deskhand.console",
+    "deskhand.api",
     "deskhand.edge",
     "deskhand.fleet",
     "deskhand.dbos.engine",
@@ -387,3 +389,9 @@ DESKHAND_LOGIN_COOLOFF_SECONDS = env_int("DESKHAND_LOGIN_COOLOFF_SECONDS", 15 * 
 DESKHAND_TRUSTED_PROXIES = [
     p.strip() for p in os.environ.get("DESKHAND_TRUSTED_PROXIES", "").split(",") if p.strip()
 ]
+
+# The JSON API (docs/api.md): requests one key may make per window, and the window.
+DESKHAND_API_KEY_LIMIT = env_int("DESKHAND_API_KEY_LIMIT", 600)
+DESKHAND_API_KEY_LIMIT_PERIOD_SEC = env_int("DESKHAND_API_KEY_LIMIT_PERIOD_SEC", 60)
+# How far a help desk's webhook-timestamp may be from our clock (Standard Webhooks' window).
+DESKHAND_HELPDESK_TOLERANCE_SEC = env_int("DESKHAND_HELPDESK_TOLERANCE_SEC", 300)

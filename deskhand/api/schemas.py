@@ -1,0 +1,204 @@
+"""The API's typed shapes: what a client sends and what it gets back (the OpenAPI document)."""
+
+from __future__ import annotations
+
+import datetime as dt
+import uuid
+from typing import Any, Literal
+
+from ninja import Schema
+from pydantic import Field
+
+Text = Field(min_length=1)
+
+
+# --- in ---------------------------------------------------------------------------
+
+
+class TicketIn(Schema):
+    customer_email: str = Field(min_length=3, max_length=254, pattern=r"^[^@\s]+@[^@\s]+$")
+    customer_name: str = Field(default="", max_length=200)
+    subject: str = Field(min_length=1, max_length=300)
+    body: str = Field(min_length=1, max_length=20000)
+
+
+class MessageIn(Schema):
+    body: str = Field(min_length=1, max_length=20000)
+
+
+class RunIn(Schema):
+    ticket: str = Field(
+        min_length=1, max_length=32, description="The ticket's reference, e.g. NW-1."
+    )
+
+
+class SteerIn(Schema):
+    body: str = Field(min_length=1, max_length=4000)
+
+
+class DecideIn(Schema):
+    decision: Literal["approve", "deny"]
+    member: str = Field(
+        min_length=1,
+        max_length=254,
+        description="The email of the person this decision is theirs: an owner or agent.",
+    )
+    reason: str = Field(default="", max_length=500, description="Required to deny.")
+    changes: dict[str, int | str] | None = Field(
+        default=None,
+        description="Approve a narrower call: the fields to change (e.g. a smaller amount_cents).",
+    )
+
+
+# --- out --------------------------------------------------------------------------
+
+
+class MessageOut(Schema):
+    id: int
+    kind: str
+    channel: str
+    direction: str
+    subject: str
+    body: str
+    from_address: str
+    created_at: dt.datetime
+
+
+class RunBrief(Schema):
+    id: uuid.UUID
+    status: str
+    stop_reason: str
+    created_at: dt.datetime
+
+
+class TicketOut(Schema):
+    reference: str
+    subject: str
+    status: str
+    priority: str
+    tags: list[str]
+    customer_name: str
+    customer_email: str
+    created_at: dt.datetime
+    updated_at: dt.datetime
+
+
+class TicketDetail(TicketOut):
+    messages: list[MessageOut]
+    runs: list[RunBrief]
+
+
+class TicketPage(Schema):
+    items: list[TicketOut]
+    next_cursor: str | None
+
+
+class MessageCreated(Schema):
+    ticket: str
+    message: MessageOut
+
+
+class StepOut(Schema):
+    seq: int
+    kind: str
+    tool: str
+    arguments: Any
+    result: Any
+    ok: bool
+    input_tokens: int
+    output_tokens: int
+    cost_micros: int
+    latency_ms: int
+    attempts: int
+    replayed: bool
+    created_at: dt.datetime
+
+
+class OrderFacts(Schema):
+    reference: str
+    status: str
+    total_cents: int
+    currency: str
+    refunded_cents: int
+    in_flight_cents: int
+    placed_at: dt.datetime
+
+
+class ApprovalOut(Schema):
+    id: uuid.UUID
+    run_id: uuid.UUID
+    ticket: str
+    tool: str
+    arguments: Any
+    args_hash: str
+    preview: str
+    status: str
+    requested_at: dt.datetime
+    expires_at: dt.datetime
+    decided_by: str
+    decided_at: dt.datetime | None
+    reason: str
+    approved_arguments: Any
+    order: OrderFacts | None
+
+
+class ApprovalPage(Schema):
+    items: list[ApprovalOut]
+
+
+class RunOut(Schema):
+    id: uuid.UUID
+    ticket: str
+    status: str
+    stop_reason: str
+    provider: str
+    model: str
+    steps: int
+    input_tokens: int
+    output_tokens: int
+    cost_micros: int
+    created_at: dt.datetime
+    started_at: dt.datetime | None
+    finished_at: dt.datetime | None
+
+
+class RunDetail(RunOut):
+    stop_detail: str
+    summary: str
+    waiting_until: dt.datetime | None
+    wait_reason: str
+    step_log: list[StepOut]
+    approvals: list[ApprovalOut]
+
+
+class RunPage(Schema):
+    items: list[RunOut]
+    next_cursor: str | None
+
+
+class UsageDayOut(Schema):
+    day: dt.date
+    runs: int
+    spend_micros: int
+    refunds_cents: int
+    refund_count: int
+    in_flight_cents: int
+    spend_pct: int
+    refund_pct: int
+
+
+class UsageOut(Schema):
+    merchant: str
+    timezone: str
+    daily_spend_cap_micros: int
+    daily_refund_ceiling_cents: int
+    days: list[UsageDayOut]
+
+
+class ProblemOut(Schema):
+    type: str
+    title: str
+    status: int
+    detail: str
+    instance: str | None = None
+    field: str | None = None
