@@ -62,6 +62,7 @@ INSTALLED_APPS = [
     "django.contrib.staticfiles",
     "django.contrib.postgres",
     "django_htmx",
+    "ninja",  # the API's docs page and its Swagger UI files, served from here (no CDN)
     "deskhand.desk",
     "deskhand.mail",
     "deskhand.apikeys",

@@ -262,11 +262,15 @@ def idempotent(request: HttpRequest, idempotency_key: str | None, act: Callable[
         status, body, _ = _answer(act)
         return _respond(request, status, body)
     idempotency_key = idempotency_key.strip()
-    if not idempotency_key or len(idempotency_key) > store.KEY_MAX:
+    if (
+        not idempotency_key
+        or len(idempotency_key) > store.KEY_MAX
+        or not idempotency_key.isprintable()
+    ):
         raise Problem(
             400,
             "bad-idempotency-key",
-            f"An Idempotency-Key is 1 to {store.KEY_MAX} characters.",
+            f"An Idempotency-Key is 1 to {store.KEY_MAX} printable characters.",
             field="Idempotency-Key",
         )
     key = key_of(request)

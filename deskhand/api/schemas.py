@@ -3,48 +3,60 @@
 from __future__ import annotations
 
 import datetime as dt
+import re
 import uuid
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from ninja import Schema
-from pydantic import Field
+from pydantic import AfterValidator, Field
 
-Text = Field(min_length=1)
+# NUL and the other C0 controls but tab and newlines, and lone surrogates: Postgres cannot
+# store the first, UTF-8 cannot encode the last; refused as input, never a 500.
+_UNSTORABLE = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\ud800-\udfff]")
+
+
+def _storable(value: str) -> str:
+    if _UNSTORABLE.search(value):
+        raise ValueError("must not contain control characters or unpaired surrogates")
+    return value
+
+
+Clean = Annotated[str, AfterValidator(_storable)]
 
 
 # --- in ---------------------------------------------------------------------------
 
 
 class TicketIn(Schema):
-    customer_email: str = Field(min_length=3, max_length=254, pattern=r"^[^@\s]+@[^@\s]+$")
-    customer_name: str = Field(default="", max_length=200)
-    subject: str = Field(min_length=1, max_length=300)
-    body: str = Field(min_length=1, max_length=20000)
+    customer_email: Clean = Field(min_length=3, max_length=254, pattern=r"^[^@\s]+@[^@\s]+$")
+    customer_name: Clean = Field(default="", max_length=200)
+    subject: Clean = Field(min_length=1, max_length=300)
+    body: Clean = Field(min_length=1, max_length=20000)
 
 
 class MessageIn(Schema):
-    body: str = Field(min_length=1, max_length=20000)
+    body: Clean = Field(min_length=1, max_length=20000)
 
 
 class RunIn(Schema):
-    ticket: str = Field(
+    ticket: Clean = Field(
         min_length=1, max_length=32, description="The ticket's reference, e.g. NW-1."
     )
 
 
 class SteerIn(Schema):
-    body: str = Field(min_length=1, max_length=4000)
+    body: Clean = Field(min_length=1, max_length=4000)
 
 
 class DecideIn(Schema):
     decision: Literal["approve", "deny"]
-    member: str = Field(
+    member: Clean = Field(
         min_length=1,
         max_length=254,
         description="The email of the person this decision is theirs: an owner or agent.",
     )
-    reason: str = Field(default="", max_length=500, description="Required to deny.")
-    changes: dict[str, int | str] | None = Field(
+    reason: Clean = Field(default="", max_length=500, description="Required to deny.")
+    changes: dict[Clean, int | Clean] | None = Field(
         default=None,
         description="Approve a narrower call: the fields to change (e.g. a smaller amount_cents).",
     )

@@ -12,6 +12,7 @@ from typing import Any
 from django.http import HttpRequest, HttpResponse
 from django.urls import URLPattern, URLResolver, re_path
 from django.views.decorators.csrf import csrf_exempt
+from django.views.decorators.http import require_safe
 
 from deskhand.api import decisions, runs, tickets, usage
 from deskhand.api.core import api
@@ -56,6 +57,8 @@ def _patterns() -> list[URLPattern | URLResolver]:
     out: list[URLPattern | URLResolver] = []
     for p in patterns:
         if isinstance(p, URLPattern):
+            if p.name in ("openapi-json", "openapi-view"):
+                p.callback = require_safe(p.callback)  # documents: read, never posted to
             p.callback = _problem_405(p.callback)
         out.append(p)
     return out

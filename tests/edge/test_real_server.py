@@ -172,6 +172,14 @@ def fill(t: Template, w: World) -> str:
         return t.fill([w.admin_pk[app_model]])
     if head == "static/":
         return t.fill(["console.css"])
+    if head.startswith("api/v1/"):
+        ids = {
+            "api/v1/tickets/": "NW-1",
+            "api/v1/runs/": w.open_run,
+            "api/v1/approvals/": w.approval,
+            "api/v1/": "nowhere",
+        }
+        return t.fill([ids[head]])
     if head.startswith("tickets/"):
         return t.fill(["NW-1"])
     if head == "approvals/":
@@ -247,6 +255,8 @@ def wires(port: int) -> Iterator[dict[str, Wire]]:
 #   redirect), 404 for a run of another merchant or for the auditor; HEAD is 405 there.
 
 PAGE = "L 200 200 200 200 A"  # a console page every member may read
+EVERYONE_200 = "200 200 200 200 200 200"
+KEY_NEEDED = "401 401 401 401 401 401"
 TABLE: dict[str, dict[str, str]] = {
     "/healthz": {"GET": "200 200 200 200 200 200", "HEAD": "200 200 200 200 200 200"},
     "/static/console.css": {"GET": "200 200 200 200 200 200", "HEAD": "200 200 200 200 200 200"},
@@ -313,6 +323,24 @@ TABLE: dict[str, dict[str, str]] = {
     # configured (as here) it says it is not set up.
     "/inbound/mailgun/": {"POST": "404 404 404 404 404 404"},
     "/inbound/mailgun/mime": {"POST": "404 404 404 404 404 404"},
+    # The JSON API takes a bearer key, never a session: each operation is 401 for every role
+    # here (tests/api/ drives it with keys); its OpenAPI document and docs page are public;
+    # a path it does not have is a 404 problem whatever the method.
+    "/api/v1/openapi.json": {"GET": EVERYONE_200, "HEAD": EVERYONE_200},
+    "/api/v1/docs": {"GET": EVERYONE_200, "HEAD": EVERYONE_200},
+    "/api/v1/tickets": {"GET": KEY_NEEDED, "POST": KEY_NEEDED},
+    "/api/v1/tickets/NW-1": {"GET": KEY_NEEDED},
+    "/api/v1/tickets/NW-1/messages": {"POST": KEY_NEEDED},
+    "/api/v1/runs": {"GET": KEY_NEEDED, "POST": KEY_NEEDED},
+    "/api/v1/runs/{open}": {"GET": KEY_NEEDED},
+    "/api/v1/runs/{open}/cancel": {"POST": KEY_NEEDED},
+    "/api/v1/runs/{open}/steer": {"POST": KEY_NEEDED},
+    "/api/v1/approvals": {"GET": KEY_NEEDED},
+    "/api/v1/approvals/{approval}": {"GET": KEY_NEEDED},
+    "/api/v1/approvals/{approval}/decide": {"POST": KEY_NEEDED},
+    "/api/v1/usage": {"GET": KEY_NEEDED},
+    "/api/v1/": {m: "404 404 404 404 404 404" for m in METHODS},
+    "/api/v1/nowhere": {m: "404 404 404 404 404 404" for m in METHODS},
 }
 REDIRECTS = {
     "L": "/accounts/login/",
