@@ -172,6 +172,8 @@ def fill(t: Template, w: World) -> str:
         return t.fill([w.admin_pk[app_model]])
     if head == "static/":
         return t.fill(["console.css"])
+    if head == "merchant/keys/":
+        return t.fill(["nosuchkey"])
     if head.startswith("api/v1/"):
         ids = {
             "api/v1/tickets/": "NW-1",
@@ -319,6 +321,14 @@ TABLE: dict[str, dict[str, str]] = {
     "/policy/": {"GET": PAGE, "HEAD": PAGE, "POST": "L 403 403 P P 403"},
     "/usage/": {"GET": PAGE, "HEAD": PAGE},
     "/merchant/": {"GET": PAGE, "HEAD": PAGE},
+    # API keys are an owner's to manage; an empty form is refused (400), a key not of this
+    # merchant is 404 to an owner.
+    "/merchant/keys/": {
+        "GET": "L 403 403 200 200 A",
+        "HEAD": "L 403 403 200 200 A",
+        "POST": "L 403 403 400 400 403",
+    },
+    "/merchant/keys/nosuchkey/revoke": {"POST": "L 403 403 404 404 403"},
     # Inbound mail's webhook takes signed posts only, from anyone; with no signing key
     # configured (as here) it says it is not set up.
     "/inbound/mailgun/": {"POST": "404 404 404 404 404 404"},
