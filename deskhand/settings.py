@@ -394,5 +394,3 @@ DESKHAND_TRUSTED_PROXIES = [
 # The JSON API (docs/api.md): requests one key may make per window, and the window.
 DESKHAND_API_KEY_LIMIT = env_int("DESKHAND_API_KEY_LIMIT", 600)
 DESKHAND_API_KEY_LIMIT_PERIOD_SEC = env_int("DESKHAND_API_KEY_LIMIT_PERIOD_SEC", 60)
-# How far a help desk's webhook-timestamp may be from our clock (Standard Webhooks' window).
-DESKHAND_HELPDESK_TOLERANCE_SEC = env_int("DESKHAND_HELPDESK_TOLERANCE_SEC", 300)

@@ -10,12 +10,13 @@ from collections.abc import Callable
 from typing import Any
 
 from django.http import HttpRequest, HttpResponse
-from django.urls import URLPattern, URLResolver, re_path
+from django.urls import URLPattern, URLResolver, path, re_path
 from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_safe
 
 from deskhand.api import decisions, runs, tickets, usage
 from deskhand.api.core import api
+from deskhand.api.helpdesk import helpdesk_webhook
 from deskhand.api.problems import Problem, problem_response
 
 api.add_router("", tickets.router)
@@ -65,4 +66,8 @@ def _patterns() -> list[URLPattern | URLResolver]:
 
 
 app_name = "api-v1"
-urlpatterns = [*_patterns(), re_path(r"^(?P<rest>.*)$", unknown)]
+urlpatterns = [
+    *_patterns(),
+    path("helpdesk/<slug:merchant>/<slug:source>", helpdesk_webhook, name="helpdesk"),
+    re_path(r"^(?P<rest>.*)$", unknown),
+]

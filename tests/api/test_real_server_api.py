@@ -3,7 +3,8 @@
 One web process for the module, on the test database (``web_process_on_test_database``).
 Driven here: a ``read`` key cannot decide, a revoked key is refused at once, another
 merchant's key gets 404 for every id of ours, five identical ``Idempotency-Key`` POSTs at
-once make one run, and schemathesis (``st run``) finds no server error and no answer that
+once make one run, one help-desk webhook delivered five times at once makes one
+ticket, and schemathesis (``st run``) finds no server error and no answer that
 contradicts ``/api/v1/openapi.json``, with a key of each merchant.
 """
 
@@ -115,6 +116,40 @@ def test_five_identical_idempotent_posts_at_once_start_one_run(server, tseeded):
     assert sorted(s for s, _ in answers) == [200, 200, 200, 200, 201], answers
     assert len({b["id"] for _, b in answers}) == 1
     assert Run.objects.filter(ticket__reference="NW-3", merchant__slug="northwind").count() == 1
+
+
+def test_one_webhook_delivered_five_times_at_once_makes_one_ticket(server, tseeded):
+    from deskhand.apikeys.helpdesk import source_create
+    from deskhand.apikeys.models import ExternalTicket
+    from deskhand.desk.models import Merchant, TicketMessage
+    from tests.api.test_helpdesk import new_ticket, signed
+
+    _, secret = source_create(
+        merchant=Merchant.objects.get(slug="northwind"), user=user(NW_OWNER), slug="zendesk"
+    )
+    delivery = signed(secret, new_ticket("ZD-77"), webhook_id="msg_five")
+    headers = {
+        "Content-Type": "application/json",
+        "webhook-id": delivery["HTTP_WEBHOOK_ID"],
+        "webhook-timestamp": delivery["HTTP_WEBHOOK_TIMESTAMP"],
+        "webhook-signature": delivery["HTTP_WEBHOOK_SIGNATURE"],
+    }
+
+    def post(_: int) -> tuple[int, Any]:
+        conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=60)
+        try:
+            conn.request("POST", "/api/v1/helpdesk/northwind/zendesk", delivery["data"], headers)
+            r = conn.getresponse()
+            return r.status, json.loads(r.read())
+        finally:
+            conn.close()
+
+    with concurrent.futures.ThreadPoolExecutor(5) as pool:
+        answers = list(pool.map(post, range(5)))
+    assert sorted(s for s, _ in answers) == [200, 200, 200, 200, 201], answers
+    assert len({b["ticket"] for _, b in answers}) == 1
+    link = ExternalTicket.objects.get(external_id="ZD-77")
+    assert TicketMessage.objects.filter(ticket=link.ticket).count() == 1
 
 
 def test_schemathesis_finds_no_server_error_and_no_answer_against_the_schema(server, tseeded):

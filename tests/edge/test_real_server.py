@@ -181,6 +181,8 @@ def fill(t: Template, w: World) -> str:
             "api/v1/approvals/": w.approval,
             "api/v1/": "nowhere",
         }
+        if head == "api/v1/helpdesk/":
+            return t.fill(["northwind", "zendesk"])
         return t.fill([ids[head]])
     if head.startswith("tickets/"):
         return t.fill(["NW-1"])
@@ -349,6 +351,8 @@ TABLE: dict[str, dict[str, str]] = {
     "/api/v1/approvals/{approval}": {"GET": KEY_NEEDED},
     "/api/v1/approvals/{approval}/decide": {"POST": KEY_NEEDED},
     "/api/v1/usage": {"GET": KEY_NEEDED},
+    # A help desk's signed webhook: no source is connected here, so 404 to everyone.
+    "/api/v1/helpdesk/northwind/zendesk": {"POST": "404 404 404 404 404 404"},
     "/api/v1/": {m: "404 404 404 404 404 404" for m in METHODS},
     "/api/v1/nowhere": {m: "404 404 404 404 404 404" for m in METHODS},
 }
