@@ -17,6 +17,7 @@ the model and may quote the customer) stays in the console.
 
 from __future__ import annotations
 
+import base64
 import datetime as dt
 import logging
 import secrets
@@ -183,7 +184,8 @@ def webhook_set(
                 validator(url)
             except ValidationError:
                 raise WebhookRefused(f"{url[:200]!r} is not an http(s) URL.") from None
-            secret = secrets.token_urlsafe(32)
+            # A Standard Webhooks secret: whsec_ and the base64 of 32 random bytes.
+            secret = "whsec_" + base64.b64encode(secrets.token_bytes(32)).decode()
             hook, _ = WebhookEndpoint.objects.update_or_create(
                 merchant=merchant, defaults={"url": url, "secret": secret, "active": True}
             )
