@@ -77,6 +77,8 @@ class Api(NinjaAPI):
                 for status in ERROR_STATUSES:
                     responses[str(status)] = {"description": _reason(status), "content": problem}
                 if any(p.get("name") == "Idempotency-Key" for p in operation.get("parameters", [])):
+                    # A kept answer erased with its customer (deskhand/apikeys/erasure.py).
+                    responses["410"] = {"description": _reason(410), "content": problem}
                     responses["200"] = {
                         "description": "A retry: the answer the first request got, replayed",
                         "content": responses.get("201", {}).get("content", {}),
