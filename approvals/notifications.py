@@ -42,7 +42,7 @@ from deskhand.desk.permissions import require_owner
 
 log = logging.getLogger(__name__)
 
-__all__ = ["NotificationEvent", "notify_approval", "notify_expiring_due"]
+__all__ = ["NotificationEvent", "notify_approval", "notify_expiring_due", "notify_run_finished"]
 
 ACTIONS = {
     "issue_refund": "a refund",
@@ -161,6 +161,43 @@ def notify_approval(approval: Approval, event: str) -> list[Notification]:
         )
     made = Notification.objects.bulk_create(rows, ignore_conflicts=True)
     return list(made)
+
+
+def notify_run_finished(run: Any) -> list[Notification]:
+    """Write ``run.finished`` for the merchant's webhook, if it has one (inside the run's
+    closing transaction: every terminal path goes through ``agent.run.services.run_close``).
+
+    Idempotent per run and recipient. The payload names the run, its ticket and how it
+    ended; never the summary or anything else a customer wrote.
+    """
+    hook = WebhookEndpoint.objects.filter(merchant_id=run.merchant_id, active=True).first()
+    if hook is None:
+        return []
+    payload = {
+        "event": NotificationEvent.RUN_FINISHED.value,
+        "merchant": run.merchant.slug,
+        "run": {
+            "id": str(run.pk),
+            "ticket": run.ticket.reference,
+            "status": run.status,
+            "stop_reason": run.stop_reason or None,
+            "steps": run.steps,
+            "cost_micros": run.cost_micros,
+            "finished_at": run.finished_at.isoformat() if run.finished_at else None,
+            "url": settings.DESKHAND_CONSOLE_URL.rstrip("/")
+            + reverse("console:run", kwargs={"run_id": run.pk}),
+        },
+    }
+    row = Notification(
+        merchant_id=run.merchant_id,
+        run_id=run.pk,
+        event=NotificationEvent.RUN_FINISHED,
+        transport=Transport.WEBHOOK,
+        recipient=hook.url,
+        payload=payload,
+        next_attempt_at=timezone.now(),
+    )
+    return list(Notification.objects.bulk_create([row], ignore_conflicts=True))
 
 
 def webhook_set(

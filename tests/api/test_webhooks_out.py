@@ -63,3 +63,28 @@ def test_a_secret_from_before_still_verifies_keyed_by_its_bytes(tseeded, receive
     assert json.loads(body)["event"] == "approval.requested"
     assert Webhook(moved).verify(body, lowered)["event"] == "approval.requested"
     assert "x-deskhand-signature" in lowered  # the old receivers keep working meanwhile
+
+
+def test_a_finished_run_is_a_signed_run_finished_event_once(tseeded, receiver):
+    from agent.models import StopReason
+    from agent.run.services import run_mark_failed
+    from approvals.notification_models import Notification
+    from tests.console.conftest import make_run
+
+    server = receiver()
+    _, secret = webhook_set(
+        merchant=Merchant.objects.get(slug="northwind"),
+        user=user(NW_OWNER),
+        url=server.url,
+        channel="cli",
+    )
+    run = make_run("NW-2", status="running")
+    assert run_mark_failed(run_id=str(run.pk), reason=StopReason.ENQUEUE_FAILED, detail="test")
+    assert not run_mark_failed(run_id=str(run.pk), reason=StopReason.ENQUEUE_FAILED, detail="again")
+    assert Notification.objects.filter(run=run, event="run.finished").count() == 1
+    outbox_send_due()
+    [(headers, body, _)] = server.seen
+    payload = Webhook(secret).verify(body, {k.lower(): v for k, v in headers.items()})
+    assert payload["event"] == "run.finished"
+    assert payload["run"]["id"] == str(run.pk) and payload["run"]["status"] == "failed"
+    assert payload["run"]["ticket"] == "NW-2" and "summary" not in payload["run"]
