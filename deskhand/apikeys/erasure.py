@@ -1,4 +1,5 @@
-"""The API's share of erasing a customer: the answers kept for retried writes about them.
+"""The API's share of erasing a customer: the answers kept for retried writes about them, and
+the agent's replies relayed to a help desk.
 
 A stored answer carries what the request returned (a ticket's subject, a thread, the
 customer's address). Its body is replaced by a problem that says it was erased, so a
@@ -10,9 +11,9 @@ from __future__ import annotations
 
 import dataclasses
 
-from django.db.models import QuerySet
+from django.db.models import F, QuerySet
 
-from deskhand.apikeys.models import StoredResponse
+from deskhand.apikeys.models import HelpdeskReply, StoredResponse
 from deskhand.desk.models import Customer
 
 ERASED_BODY = {
@@ -30,10 +31,21 @@ class StoredResponseRows:
     def responses(self) -> QuerySet[StoredResponse]:
         return StoredResponse.objects.filter(customer_id=self.customer.pk).exclude(status_code=410)
 
+    def replies(self) -> QuerySet[HelpdeskReply]:
+        """Replies relayed to a help desk carry the agent's words to the customer."""
+        return HelpdeskReply.objects.filter(message__ticket__customer=self.customer).exclude(
+            payload={"erased": True}
+        )
+
     def counts(self) -> dict[str, int]:
-        return {"api_stored_responses": self.responses().count()}
+        return {
+            "api_stored_responses": self.responses().count(),
+            "helpdesk_replies": self.replies().count(),
+        }
 
     def erase(self) -> dict[str, int]:
         out = self.counts()
         self.responses().update(status_code=410, body=ERASED_BODY)
+        # A reply not yet delivered is not sent afterwards: its words are gone.
+        self.replies().update(payload={"erased": True}, sent_at=F("created_at"))
         return out

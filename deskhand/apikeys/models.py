@@ -144,3 +144,34 @@ class ExternalTicket(models.Model):
 
     def __str__(self) -> str:
         return f"{self.external_id} -> ticket {self.ticket_id}"
+
+
+class HelpdeskReply(models.Model):
+    """An agent's reply on a ticket that came from a help desk, relayed to the desk's
+    ``reply_url``: one row per thread line (claimed once), sent at least once under the
+    stable ``webhook_id`` the desk deduplicates on, retried with backoff (``relay.py``)."""
+
+    source = models.ForeignKey(HelpdeskSource, on_delete=models.CASCADE, related_name="replies")
+    message = models.OneToOneField(
+        "desk.TicketMessage", on_delete=models.CASCADE, related_name="helpdesk_reply"
+    )
+    webhook_id = models.CharField(max_length=80, unique=True)
+    payload: Any = models.JSONField(default=dict)
+    created_at = models.DateTimeField(auto_now_add=True)
+    next_attempt_at = models.DateTimeField()
+    attempts = models.PositiveIntegerField(default=0)
+    sent_at = models.DateTimeField(null=True, blank=True)
+    last_status = models.PositiveSmallIntegerField(null=True, blank=True)
+    last_error = models.TextField(blank=True)
+
+    class Meta:
+        indexes = [
+            models.Index(
+                fields=["next_attempt_at"],
+                condition=models.Q(sent_at__isnull=True),
+                name="helpdesk_reply_due",
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.webhook_id} ({'sent' if self.sent_at else 'pending'})"

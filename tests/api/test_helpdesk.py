@@ -14,7 +14,10 @@ from standardwebhooks import Webhook
 from deskhand.apikeys.helpdesk import source_create
 from deskhand.apikeys.models import ExternalTicket
 from deskhand.desk.models import Merchant, Ticket, TicketMessage
+from tests.consent.test_notifications import receiver
 from tests.console.conftest import NW_OWNER, NW_VIEWER, user
+
+__all__ = ["receiver"]
 
 pytestmark = pytest.mark.django_db
 URL = "/api/v1/helpdesk/northwind/zendesk"
@@ -114,3 +117,40 @@ def test_only_an_owner_connects_a_help_desk(seeded):
         source_create(
             merchant=Merchant.objects.get(slug="northwind"), user=user(NW_VIEWER), slug="front"
         )
+
+
+def test_the_agents_reply_reaches_the_desk_signed_once_under_a_stable_id(secret, receiver):
+    from deskhand.apikeys.models import HelpdeskReply, HelpdeskSource
+    from deskhand.apikeys.relay import replies_relay
+    from deskhand.desk.services import email_send
+
+    desk = receiver(fail_first=1)
+    HelpdeskSource.objects.filter(slug="zendesk").update(reply_url=desk.url)
+    ref = Client().post(URL, **signed(secret, new_ticket())).json()["ticket"]
+    ticket = Ticket.objects.get(reference=ref, merchant__slug="northwind")
+    email_send(
+        ticket=ticket,
+        subject="Your refund",
+        body="Refunded 19.00.",
+        run_id=None,
+        ledger_entry_id=None,
+    )
+    first = replies_relay()
+    assert first["helpdesk_replies_claimed"] == 1 and first["helpdesk_replies_failed"] == 1
+    later = dt.datetime.now(dt.UTC) + dt.timedelta(minutes=5)
+    assert replies_relay(now=later)["helpdesk_replies_sent"] == 1
+    assert replies_relay(now=later + dt.timedelta(hours=2)) == {
+        "helpdesk_replies_claimed": 0,
+        "helpdesk_replies_sent": 0,
+        "helpdesk_replies_failed": 0,
+    }
+    assert len(desk.seen) == 2
+    ids = set()
+    for headers, body, _ in desk.seen:
+        lowered = {k.lower(): v for k, v in headers.items()}
+        payload = Webhook(secret).verify(body, lowered)
+        assert (
+            payload["external_id"] == "ZD-1001" and "Refunded 19.00." in payload["message"]["body"]
+        )
+        ids.add(lowered["webhook-id"])
+    assert len(ids) == 1 and HelpdeskReply.objects.get().attempts == 2

@@ -2,7 +2,9 @@
 
 A help desk posts the customer's ticket (Standard Webhooks-signed); a key starts the run;
 the merchant's webhook hears ``approval.requested``; a ``decide`` key approves for a named
-owner; the run finishes and the webhook hears ``run.finished``. The model is the keyless
+owner; the run finishes and the webhook hears ``run.finished``. (The policy reader answers
+NW-1 with a staff note, so no reply goes to the desk; the relay of a reply is
+``test_helpdesk.py``'s.) The model is the keyless
 policy reader; everything else is the real thing (uvicorn, ``manage.py worker``, DBOS,
 Postgres, HTTP both ways).
 """
@@ -49,7 +51,10 @@ def test_nw1_from_a_help_desk_to_a_decision_through_the_api_only(
     server, tseeded, worker_process, receiver
 ):
     northwind = Merchant.objects.get(slug="northwind")
-    _, desk_secret = source_create(merchant=northwind, user=user(NW_OWNER), slug="zendesk")
+    desk = receiver()
+    _, desk_secret = source_create(
+        merchant=northwind, user=user(NW_OWNER), slug="zendesk", reply_url=desk.url
+    )
     hook = receiver()
     _, hook_secret = webhook_set(
         merchant=northwind, user=user(NW_OWNER), url=hook.url, channel="cli"
@@ -144,3 +149,11 @@ def test_nw1_from_a_help_desk_to_a_decision_through_the_api_only(
     )
     assert [e["run"]["id"] for e in finished] == [run_id]
     assert finished[0]["run"]["status"] == "succeeded"
+
+    # 6. The policy reader answers NW-1 with a staff note, not a customer email: the thread
+    # has no agent line, so nothing is relayed to the desk (a reply that is written reaches it
+    # signed and once: tests/api/test_helpdesk.py).
+    thread = call(server, "GET", f"/api/v1/tickets/{reference}", token)[2]["messages"]
+    assert not [m for m in thread if m["kind"] == "agent"]
+    time.sleep(3)  # a reconciler pass or more
+    assert desk.seen == []
