@@ -22,7 +22,7 @@ from deskhand.api.problems import Problem, not_found
 from deskhand.api.tickets import IdempotencyKey
 from deskhand.apikeys.models import Scope
 from deskhand.console import selectors
-from deskhand.desk.permissions import require_actor
+from deskhand.desk.permissions import NotAllowed, NotVisible, require_actor
 
 router = Router(tags=["approvals"])
 
@@ -70,7 +70,7 @@ def approval_decide_op(
         member = member_for(key, payload.member)
         try:
             require_actor(member, key.merchant_id, "approve or deny irreversible actions")
-        except Exception as exc:
+        except (NotAllowed, NotVisible) as exc:
             raise Problem(403, "not-allowed", str(exc).rstrip(".") + ".", field="member") from None
         if payload.changes and payload.decision != "approve":
             raise Problem(
