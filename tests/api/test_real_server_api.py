@@ -152,7 +152,9 @@ def test_one_webhook_delivered_five_times_at_once_makes_one_ticket(server, tseed
     assert TicketMessage.objects.filter(ticket=link.ticket).count() == 1
 
 
-def test_schemathesis_finds_no_server_error_and_no_answer_against_the_schema(server, tseeded):
+def test_schemathesis_finds_no_server_error_and_no_answer_against_the_schema(
+    server, tseeded, tmp_path
+):
     """Both merchants' keys in turn, each for at most 60 s (two minutes in all)."""
     make_approval(make_run("NW-1", status="awaiting_approval"))
     make_run("LU-1", "lumen", status="succeeded")
@@ -180,7 +182,7 @@ def test_schemathesis_finds_no_server_error_and_no_answer_against_the_schema(ser
                 "30",
                 "--no-color",
             ],
-            cwd=ROOT,
+            cwd=tmp_path,  # its cache (.schemathesis/) is written there, not in the work tree
             capture_output=True,
             text=True,
             timeout=150,
