@@ -205,12 +205,3 @@ class UsageOut(Schema):
     daily_spend_cap_micros: int
     daily_refund_ceiling_cents: int
     days: list[UsageDayOut]
-
-
-class ProblemOut(Schema):
-    type: str
-    title: str
-    status: int
-    detail: str
-    instance: str | None = None
-    field: str | None = None
