@@ -254,3 +254,11 @@ def test_the_openapi_document_is_served_and_names_every_resource(seeded):
     } <= set(doc["paths"])
     decide = doc["paths"]["/api/v1/approvals/{approval_id}/decide"]["post"]
     assert "application/problem+json" in decide["responses"]["403"]["content"]
+
+
+def test_the_docs_page_is_served_from_here_with_no_cdn(seeded):
+    page = api_client().get("/api/v1/docs")
+    assert page.status_code == 200 and b"/static/ninja/swagger-ui-bundle.js" in page.content
+    assert b"cdn" not in page.content.lower()
+    assert api_client().get("/static/ninja/swagger-ui-bundle.js").status_code == 200
+    assert api_client().post("/api/v1/openapi.json").status_code == 405
