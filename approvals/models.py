@@ -26,6 +26,8 @@ class Channel(models.TextChoices):
     SYSTEM = "system"
     # Decided by a merchant's approval rule (``ApprovalPolicy``), which a person wrote.
     POLICY = "policy"
+    # Through the JSON API, by a key (``deskhand.api``); the key is named in the event's detail.
+    API = "api"
 
 
 def person_name(user: Any) -> str:

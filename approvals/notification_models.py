@@ -15,6 +15,8 @@ class NotificationEvent(models.TextChoices):
     REQUESTED = "approval.requested"
     ESCALATED = "approval.escalated"
     EXPIRING = "approval.expiring"
+    # A run ended (any terminal status): webhook only, for a chat bot or a help desk.
+    RUN_FINISHED = "run.finished"
 
 
 class Transport(models.TextChoices):
@@ -35,8 +37,16 @@ class Notification(models.Model):
     merchant = models.ForeignKey(
         "desk.Merchant", on_delete=models.CASCADE, related_name="notifications"
     )
+    # What the event is about: an approval, or (``run.finished``) a run.
     approval = models.ForeignKey(
-        "approvals.Approval", on_delete=models.CASCADE, related_name="notifications"
+        "approvals.Approval",
+        null=True,
+        blank=True,
+        on_delete=models.CASCADE,
+        related_name="notifications",
+    )
+    run = models.ForeignKey(
+        "agent.Run", null=True, blank=True, on_delete=models.CASCADE, related_name="notifications"
     )
     event = models.CharField(max_length=24, choices=NotificationEvent.choices)
     transport = models.CharField(max_length=8, choices=Transport.choices)
@@ -56,7 +66,16 @@ class Notification(models.Model):
             models.UniqueConstraint(
                 fields=["approval", "event", "transport", "recipient"],
                 name="one_notification_per_event_and_recipient",
-            )
+            ),
+            models.UniqueConstraint(
+                fields=["run", "event", "transport", "recipient"],
+                condition=models.Q(approval__isnull=True),
+                name="one_run_notification_per_event_and_recipient",
+            ),
+            models.CheckConstraint(
+                condition=models.Q(approval__isnull=False) | models.Q(run__isnull=False),
+                name="notification_is_about_something",
+            ),
         ]
         indexes = [
             models.Index(

@@ -17,6 +17,7 @@ the model and may quote the customer) stays in the console.
 
 from __future__ import annotations
 
+import base64
 import datetime as dt
 import logging
 import secrets
@@ -41,7 +42,7 @@ from deskhand.desk.permissions import require_owner
 
 log = logging.getLogger(__name__)
 
-__all__ = ["NotificationEvent", "notify_approval", "notify_expiring_due"]
+__all__ = ["NotificationEvent", "notify_approval", "notify_expiring_due", "notify_run_finished"]
 
 ACTIONS = {
     "issue_refund": "a refund",
@@ -162,6 +163,43 @@ def notify_approval(approval: Approval, event: str) -> list[Notification]:
     return list(made)
 
 
+def notify_run_finished(run: Any) -> list[Notification]:
+    """Write ``run.finished`` for the merchant's webhook, if it has one (inside the run's
+    closing transaction: every terminal path goes through ``agent.run.services.run_close``).
+
+    Idempotent per run and recipient. The payload names the run, its ticket and how it
+    ended; never the summary or anything else a customer wrote.
+    """
+    hook = WebhookEndpoint.objects.filter(merchant_id=run.merchant_id, active=True).first()
+    if hook is None:
+        return []
+    payload = {
+        "event": NotificationEvent.RUN_FINISHED.value,
+        "merchant": run.merchant.slug,
+        "run": {
+            "id": str(run.pk),
+            "ticket": run.ticket.reference,
+            "status": run.status,
+            "stop_reason": run.stop_reason or None,
+            "steps": run.steps,
+            "cost_micros": run.cost_micros,
+            "finished_at": run.finished_at.isoformat() if run.finished_at else None,
+            "url": settings.DESKHAND_CONSOLE_URL.rstrip("/")
+            + reverse("console:run", kwargs={"run_id": run.pk}),
+        },
+    }
+    row = Notification(
+        merchant_id=run.merchant_id,
+        run_id=run.pk,
+        event=NotificationEvent.RUN_FINISHED,
+        transport=Transport.WEBHOOK,
+        recipient=hook.url,
+        payload=payload,
+        next_attempt_at=timezone.now(),
+    )
+    return list(Notification.objects.bulk_create([row], ignore_conflicts=True))
+
+
 def webhook_set(
     *, merchant: Merchant, user: Any, url: str | None, channel: str
 ) -> tuple[WebhookEndpoint, str]:
@@ -183,7 +221,8 @@ def webhook_set(
                 validator(url)
             except ValidationError:
                 raise WebhookRefused(f"{url[:200]!r} is not an http(s) URL.") from None
-            secret = secrets.token_urlsafe(32)
+            # A Standard Webhooks secret: whsec_ and the base64 of 32 random bytes.
+            secret = "whsec_" + base64.b64encode(secrets.token_bytes(32)).decode()
             hook, _ = WebhookEndpoint.objects.update_or_create(
                 merchant=merchant, defaults={"url": url, "secret": secret, "active": True}
             )

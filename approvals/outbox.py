@@ -7,7 +7,9 @@ same transaction. A crash after the receiver accepted it and before that
 commit leaves the row unsent, so it is sent again: delivery is at least once,
 and every copy carries the same id — the email's ``Message-ID``
 (``<notification id@domain>``: mail clients show one), the webhook's
-``X-Deskhand-Delivery`` header (the receiver deduplicates).
+``webhook-id`` and ``X-Deskhand-Delivery`` headers (the receiver deduplicates). A webhook
+is signed with Standard Webhooks (``webhook-signature``) and, for receivers written
+before it, with ``X-Deskhand-Signature`` too.
 
 A failure is recorded on the row (``attempts``, ``last_error``) and retried
 after ``BACKOFF_BASE * 2**(attempts-1)`` seconds, capped at ``BACKOFF_CAP``;
@@ -32,6 +34,7 @@ from django.conf import settings
 from django.core.mail import EmailMessage
 from django.db import transaction
 from django.utils import timezone
+from standardwebhooks import Webhook
 
 from approvals.notification_models import Notification, Transport, WebhookDelivery, WebhookEndpoint
 
@@ -64,6 +67,29 @@ def signature(secret: str, timestamp: str, body: bytes) -> str:
     return f"sha256={mac.hexdigest()}"
 
 
+def standard_signer(secret: str) -> Webhook:
+    """The Standard Webhooks signer for an endpoint's secret.
+
+    A secret made since the API (``whsec_<base64>``) is the key it names; an older one is
+    keyed by its own bytes, so its receiver verifies with ``whsec_`` + base64 of that
+    secret (docs/api.md: moving a receiver over).
+    """
+    if secret.startswith("whsec_"):
+        return Webhook(secret)
+    return Webhook(secret.encode())
+
+
+def standard_headers(
+    secret: str, *, webhook_id: str, when: dt.datetime, body: bytes
+) -> dict[str, str]:
+    """``webhook-id``, ``webhook-timestamp`` and ``webhook-signature`` (standardwebhooks.com)."""
+    return {
+        "webhook-id": webhook_id,
+        "webhook-timestamp": str(int(when.timestamp())),
+        "webhook-signature": standard_signer(secret).sign(webhook_id, when, body),
+    }
+
+
 def webhook_body(notification: Notification) -> bytes:
     """The JSON body: the payload written with the event, plus its delivery id."""
     data = {**notification.payload, "delivery_id": str(notification.id)}
@@ -85,7 +111,8 @@ def _send_webhook(notification: Notification) -> str:
     if hook is None or not hook.active:
         return "the merchant's webhook was removed or switched off"
     body = webhook_body(notification)
-    stamp = str(int(time.time()))
+    now = dt.datetime.fromtimestamp(int(time.time()), tz=dt.UTC)
+    stamp = str(int(now.timestamp()))
     request = urllib.request.Request(
         notification.recipient,
         data=body,
@@ -96,7 +123,10 @@ def _send_webhook(notification: Notification) -> str:
             "X-Deskhand-Event": notification.event,
             "X-Deskhand-Delivery": str(notification.id),
             "X-Deskhand-Timestamp": stamp,
+            # Today's signature, kept while receivers move to the standard headers below.
             "X-Deskhand-Signature": signature(hook.secret, stamp, body),
+            # Standard Webhooks: the notification id is the webhook-id, the same on every retry.
+            **standard_headers(hook.secret, webhook_id=str(notification.id), when=now, body=body),
         },
     )
     started = time.monotonic()

@@ -62,11 +62,14 @@ INSTALLED_APPS = [
     "django.contrib.staticfiles",
     "django.contrib.postgres",
     "django_htmx",
+    "ninja",  # the API's docs page and its Swagger UI files, served from here (no CDN)
     "deskhand.desk",
     "deskhand.mail",
+    "deskhand.apikeys",
     "approvals",
     "agent",
     "deskhand.console",
+    "deskhand.api",
     "deskhand.edge",
     "deskhand.fleet",
     "deskhand.dbos.engine",
@@ -387,3 +390,7 @@ DESKHAND_LOGIN_COOLOFF_SECONDS = env_int("DESKHAND_LOGIN_COOLOFF_SECONDS", 15 * 
 DESKHAND_TRUSTED_PROXIES = [
     p.strip() for p in os.environ.get("DESKHAND_TRUSTED_PROXIES", "").split(",") if p.strip()
 ]
+
+# The JSON API (docs/api.md): requests one key may make per window, and the window.
+DESKHAND_API_KEY_LIMIT = env_int("DESKHAND_API_KEY_LIMIT", 600)
+DESKHAND_API_KEY_LIMIT_PERIOD_SEC = env_int("DESKHAND_API_KEY_LIMIT_PERIOD_SEC", 60)

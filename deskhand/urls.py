@@ -1,4 +1,5 @@
-"""Top-level URLs: sign-in, the console, the audit desk (admin), inbound mail, static files.
+"""Top-level URLs: sign-in, the console, the audit desk (admin), inbound mail, the JSON API,
+static files.
 
 Static files are served by Django itself (``staticfiles``' finder view) so the
 ASGI process alone — ``python manage.py web`` — is a
@@ -47,6 +48,8 @@ urlpatterns = [
     re_path(r"^static/(?P<path>.+)$", static_file),
     # Mail services' inbound webhooks (signed; CSRF-exempt like any webhook).
     path("inbound/", include("deskhand.mail.urls")),
+    # The JSON API (docs/api.md): bearer keys, not sessions; problems, not pages.
+    path("api/v1/", include("deskhand.api.urls")),
     path("", include("deskhand.console.urls")),
 ]
 

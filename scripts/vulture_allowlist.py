@@ -13,6 +13,8 @@ _.ApprovalsConfig
 _.FleetConfig
 _.EngineConfig
 _.DeskConfig
+_.ApiConfig
+_.ApiKeysConfig
 _.ready  # AppConfig.ready
 _.default_auto_field  # AppConfig
 _.Command  # management commands: manage.py loads Command
@@ -30,6 +32,22 @@ _.urlpatterns  # URLconfs
 _.application  # asgi.py / wsgi.py, named in settings
 _.deskhand  # deskhand.desk.context_processors.deskhand, named in settings TEMPLATES
 _.migrate_system_schema  # called from agent/migrations/0003_dbos_schema.py (not scanned)
+
+# --- django-ninja registers these by their decorators (deskhand/api/) ---------------------
+_._unauthenticated  # @api.exception_handler
+_._http_error
+_.ticket_create  # @router.post / @router.get: the API's operations
+_.ticket_list
+_.ticket_message_add
+_.run_list
+_.run_cancel_op
+_.run_steer_op
+_.approval_list
+_.approval_decide_op
+# deskhand/apikeys: read by the keys page and the admin, or written in SQL
+_.revoked_by_name  # templates/console/keys.html
+_.window_count  # deskhand.apikeys.services.key_count_request's UPDATE
+_.last_status  # the help-desk relay's admin list
 
 # settings: read by Django through django.conf.settings
 _.DEBUG

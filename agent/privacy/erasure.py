@@ -35,6 +35,7 @@ from agent.models import OPEN_STATUSES, Run, Step
 from agent.privacy.models import RedactionReason
 from agent.privacy.redaction import ERASED, redact_json, run_redact
 from approvals.models import Approval, AuditEvent, Channel, StaffNote
+from deskhand.apikeys.erasure import StoredResponseRows
 from deskhand.dbos import client as dbos_client
 from deskhand.desk.customer_data import CustomerRows, customers_by_email
 from deskhand.desk.models import Customer, Membership, Role, Ticket
@@ -66,6 +67,7 @@ class Erasure:
         return {
             **self.rows.counts(),
             **InboundRows(self.customer).counts(),
+            **StoredResponseRows(self.customer).counts(),
             "runs": len(ids),
             "steps": Step.objects.filter(run_id__in=ids).count(),
             "approvals": Approval.objects.filter(run_id__in=ids).count(),
@@ -163,7 +165,7 @@ def customer_erase(
             ).what
             for key in ("steps", "approvals", "staff_notes", "audit_events", "ledger_entries"):
                 counts[key] += int(what[key])
-        inbound = InboundRows(customer).erase(now=now)
+        inbound = {**InboundRows(customer).erase(now=now), **StoredResponseRows(customer).erase()}
         counts = {**erasure.rows.erase(marker=ERASED, now=now), **inbound, **counts}
         AuditEvent.objects.create(
             merchant_id=customer.merchant_id,

@@ -49,6 +49,7 @@ from approvals.models import Approval, ApprovalStatus, StaffNote
 from approvals.notifications import notify_expiring_due
 from approvals.outbox import outbox_send_due
 from approvals.services import approval_send
+from deskhand.apikeys.relay import replies_relay
 from deskhand.dbos import client as dbos_client
 
 log = logging.getLogger(__name__)
@@ -133,6 +134,7 @@ def reconcile(now: dt.datetime | None = None) -> dict[str, int]:
     counts["resent"] = resend_undelivered(now)
     counts["notes_resent"] = resend_undelivered_notes(now)
     counts.update(notifications_sweep(now))
+    counts.update(helpdesk_sweep(now))
     return counts
 
 
@@ -173,6 +175,16 @@ def forks_made_outside() -> dict[str, int]:
             )
             out["forks_failed"] += 1
     return out
+
+
+def helpdesk_sweep(now: dt.datetime) -> dict[str, int]:
+    """Relay the agent's replies on help-desk tickets to their desks (``deskhand.apikeys.relay``);
+    like the outbox, a failure never stops the rest and the next pass retries."""
+    try:
+        return replies_relay(now=now)
+    except Exception:
+        log.exception("the help-desk relay failed; the next pass retries")
+        return {"helpdesk_replies_sent": 0, "helpdesk_replies_failed": 0}
 
 
 def notifications_sweep(now: dt.datetime) -> dict[str, int]:

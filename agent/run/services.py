@@ -38,6 +38,7 @@ from agent.run.payloads import StepKind
 from agent.run.selectors import effects_summary
 from agent.run.steplog import log_step
 from approvals.models import Approval, ApprovalStatus, AuditEvent, Channel
+from approvals.notifications import notify_run_finished
 from approvals.services import approval_expire, approval_withdraw
 from deskhand import events
 from deskhand.dbos import client as dbos_client
@@ -195,6 +196,8 @@ def run_close(
         output_tokens=run.output_tokens,
         cost_micros=run.cost_micros,
     )
+    # The merchant's webhook hears it too, from the same transaction (docs/api.md).
+    notify_run_finished(run)
 
 
 def run_close_pending_approvals(

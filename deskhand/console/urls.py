@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from django.urls import path
 
-from deskhand.console import approval_views, replay_views, sse, views
+from deskhand.console import approval_views, keys_views, replay_views, sse, views
 
 app_name = "console"
 
@@ -35,4 +35,6 @@ urlpatterns = [
     path("policy/", approval_views.policy, name="policy"),
     path("usage/", views.usage, name="usage"),
     path("merchant/", views.merchant, name="merchant"),
+    path("merchant/keys/", keys_views.keys, name="keys"),
+    path("merchant/keys/<str:prefix>/revoke", keys_views.key_revoke_view, name="key_revoke"),
 ]

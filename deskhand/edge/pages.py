@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 from django.template.loader import render_to_string
@@ -10,7 +12,18 @@ TITLES = {400: "Not accepted", 429: "Too many attempts", 503: "Not available rig
 
 
 def refused(request: HttpRequest, status: int, message: str) -> HttpResponse:
-    """The console's refusal page (``console/refused.html``) with ``message``."""
+    """The console's refusal page (``console/refused.html``) with ``message``; under the JSON
+    API (``/api/``), the same sentence as an RFC 9457 problem, as every API refusal is."""
+    if request.path.startswith("/api/"):
+        problem = {
+            "type": "urn:deskhand:problem:malformed" if status == 400 else "about:blank",
+            "title": TITLES.get(status, "Refused"),
+            "status": status,
+            "detail": message,
+        }
+        return HttpResponse(
+            json.dumps(problem), status=status, content_type="application/problem+json"
+        )
     return render(
         request,
         "console/refused.html",

@@ -172,6 +172,18 @@ def fill(t: Template, w: World) -> str:
         return t.fill([w.admin_pk[app_model]])
     if head == "static/":
         return t.fill(["console.css"])
+    if head == "merchant/keys/":
+        return t.fill(["nosuchkey"])
+    if head.startswith("api/v1/"):
+        ids = {
+            "api/v1/tickets/": "NW-1",
+            "api/v1/runs/": w.open_run,
+            "api/v1/approvals/": w.approval,
+            "api/v1/": "nowhere",
+        }
+        if head == "api/v1/helpdesk/":
+            return t.fill(["northwind", "zendesk"])
+        return t.fill([ids[head]])
     if head.startswith("tickets/"):
         return t.fill(["NW-1"])
     if head == "approvals/":
@@ -247,6 +259,8 @@ def wires(port: int) -> Iterator[dict[str, Wire]]:
 #   redirect), 404 for a run of another merchant or for the auditor; HEAD is 405 there.
 
 PAGE = "L 200 200 200 200 A"  # a console page every member may read
+EVERYONE_200 = "200 200 200 200 200 200"
+KEY_NEEDED = "401 401 401 401 401 401"
 TABLE: dict[str, dict[str, str]] = {
     "/healthz": {"GET": "200 200 200 200 200 200", "HEAD": "200 200 200 200 200 200"},
     "/static/console.css": {"GET": "200 200 200 200 200 200", "HEAD": "200 200 200 200 200 200"},
@@ -309,10 +323,38 @@ TABLE: dict[str, dict[str, str]] = {
     "/policy/": {"GET": PAGE, "HEAD": PAGE, "POST": "L 403 403 P P 403"},
     "/usage/": {"GET": PAGE, "HEAD": PAGE},
     "/merchant/": {"GET": PAGE, "HEAD": PAGE},
+    # API keys are an owner's to manage; an empty form is refused (400), a key not of this
+    # merchant is 404 to an owner.
+    "/merchant/keys/": {
+        "GET": "L 403 403 200 200 A",
+        "HEAD": "L 403 403 200 200 A",
+        "POST": "L 403 403 400 400 403",
+    },
+    "/merchant/keys/nosuchkey/revoke": {"POST": "L 403 403 404 404 403"},
     # Inbound mail's webhook takes signed posts only, from anyone; with no signing key
     # configured (as here) it says it is not set up.
     "/inbound/mailgun/": {"POST": "404 404 404 404 404 404"},
     "/inbound/mailgun/mime": {"POST": "404 404 404 404 404 404"},
+    # The JSON API takes a bearer key, never a session: each operation is 401 for every role
+    # here (tests/api/ drives it with keys); its OpenAPI document and docs page are public;
+    # a path it does not have is a 404 problem whatever the method.
+    "/api/v1/openapi.json": {"GET": EVERYONE_200, "HEAD": EVERYONE_200},
+    "/api/v1/docs": {"GET": EVERYONE_200, "HEAD": EVERYONE_200},
+    "/api/v1/tickets": {"GET": KEY_NEEDED, "POST": KEY_NEEDED},
+    "/api/v1/tickets/NW-1": {"GET": KEY_NEEDED},
+    "/api/v1/tickets/NW-1/messages": {"POST": KEY_NEEDED},
+    "/api/v1/runs": {"GET": KEY_NEEDED, "POST": KEY_NEEDED},
+    "/api/v1/runs/{open}": {"GET": KEY_NEEDED},
+    "/api/v1/runs/{open}/cancel": {"POST": KEY_NEEDED},
+    "/api/v1/runs/{open}/steer": {"POST": KEY_NEEDED},
+    "/api/v1/approvals": {"GET": KEY_NEEDED},
+    "/api/v1/approvals/{approval}": {"GET": KEY_NEEDED},
+    "/api/v1/approvals/{approval}/decide": {"POST": KEY_NEEDED},
+    "/api/v1/usage": {"GET": KEY_NEEDED},
+    # A help desk's signed webhook: no source is connected here, so 404 to everyone.
+    "/api/v1/helpdesk/northwind/zendesk": {"POST": "404 404 404 404 404 404"},
+    "/api/v1/": {m: "404 404 404 404 404 404" for m in METHODS},
+    "/api/v1/nowhere": {m: "404 404 404 404 404 404" for m in METHODS},
 }
 REDIRECTS = {
     "L": "/accounts/login/",

@@ -54,7 +54,7 @@ from deskhand.desk.models import (
 
 DEMO_PASSWORD = "demo-password-123"
 AUDITOR_EMAIL = "auditor@deskhand.test"
-AUDITED_APPS = ("desk", "mail", "agent", "approvals")
+AUDITED_APPS = ("desk", "mail", "apikeys", "agent", "approvals")
 
 
 @functools.cache

@@ -1,0 +1,207 @@
+"""The API's typed shapes: what a client sends and what it gets back (the OpenAPI document)."""
+
+from __future__ import annotations
+
+import datetime as dt
+import re
+import uuid
+from typing import Annotated, Any, Literal
+
+from ninja import Schema
+from pydantic import AfterValidator, Field
+
+# NUL and the other C0 controls but tab and newlines, and lone surrogates: Postgres cannot
+# store the first, UTF-8 cannot encode the last; refused as input, never a 500.
+_UNSTORABLE = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\ud800-\udfff]")
+
+
+def _storable(value: str) -> str:
+    if _UNSTORABLE.search(value):
+        raise ValueError("must not contain control characters or unpaired surrogates")
+    return value
+
+
+Clean = Annotated[str, AfterValidator(_storable)]
+
+
+# --- in ---------------------------------------------------------------------------
+
+
+class TicketIn(Schema):
+    customer_email: Clean = Field(min_length=3, max_length=254, pattern=r"^[^@\s]+@[^@\s]+$")
+    customer_name: Clean = Field(default="", max_length=200)
+    subject: Clean = Field(min_length=1, max_length=300)
+    body: Clean = Field(min_length=1, max_length=20000)
+
+
+class MessageIn(Schema):
+    body: Clean = Field(min_length=1, max_length=20000)
+
+
+class RunIn(Schema):
+    ticket: Clean = Field(
+        min_length=1, max_length=32, description="The ticket's reference, e.g. NW-1."
+    )
+
+
+class SteerIn(Schema):
+    body: Clean = Field(min_length=1, max_length=4000)
+
+
+class DecideIn(Schema):
+    decision: Literal["approve", "deny"]
+    member: Clean = Field(
+        min_length=1,
+        max_length=254,
+        description="The email of the person this decision is theirs: an owner or agent.",
+    )
+    reason: Clean = Field(default="", max_length=500, description="Required to deny.")
+    changes: dict[Clean, int | Clean] | None = Field(
+        default=None,
+        description="Approve a narrower call: the fields to change (e.g. a smaller amount_cents).",
+    )
+
+
+# --- out --------------------------------------------------------------------------
+
+
+class MessageOut(Schema):
+    id: int
+    kind: str
+    channel: str
+    direction: str
+    subject: str
+    body: str
+    from_address: str
+    created_at: dt.datetime
+
+
+class RunBrief(Schema):
+    id: uuid.UUID
+    status: str
+    stop_reason: str
+    created_at: dt.datetime
+
+
+class TicketOut(Schema):
+    reference: str
+    subject: str
+    status: str
+    priority: str
+    tags: list[str]
+    customer_name: str
+    customer_email: str
+    created_at: dt.datetime
+    updated_at: dt.datetime
+
+
+class TicketDetail(TicketOut):
+    messages: list[MessageOut]
+    runs: list[RunBrief]
+
+
+class TicketPage(Schema):
+    items: list[TicketOut]
+    next_cursor: str | None
+
+
+class MessageCreated(Schema):
+    ticket: str
+    message: MessageOut
+
+
+class StepOut(Schema):
+    seq: int
+    kind: str
+    tool: str
+    arguments: Any
+    result: Any
+    ok: bool
+    input_tokens: int
+    output_tokens: int
+    cost_micros: int
+    latency_ms: int
+    attempts: int
+    replayed: bool
+    created_at: dt.datetime
+
+
+class OrderFacts(Schema):
+    reference: str
+    status: str
+    total_cents: int
+    currency: str
+    refunded_cents: int
+    in_flight_cents: int
+    placed_at: dt.datetime
+
+
+class ApprovalOut(Schema):
+    id: uuid.UUID
+    run_id: uuid.UUID
+    ticket: str
+    tool: str
+    arguments: Any
+    args_hash: str
+    preview: str
+    status: str
+    requested_at: dt.datetime
+    expires_at: dt.datetime
+    decided_by: str
+    decided_at: dt.datetime | None
+    reason: str
+    approved_arguments: Any
+    order: OrderFacts | None
+
+
+class ApprovalPage(Schema):
+    items: list[ApprovalOut]
+
+
+class RunOut(Schema):
+    id: uuid.UUID
+    ticket: str
+    status: str
+    stop_reason: str
+    provider: str
+    model: str
+    steps: int
+    input_tokens: int
+    output_tokens: int
+    cost_micros: int
+    created_at: dt.datetime
+    started_at: dt.datetime | None
+    finished_at: dt.datetime | None
+
+
+class RunDetail(RunOut):
+    stop_detail: str
+    summary: str
+    waiting_until: dt.datetime | None
+    wait_reason: str
+    step_log: list[StepOut]
+    approvals: list[ApprovalOut]
+
+
+class RunPage(Schema):
+    items: list[RunOut]
+    next_cursor: str | None
+
+
+class UsageDayOut(Schema):
+    day: dt.date
+    runs: int
+    spend_micros: int
+    refunds_cents: int
+    refund_count: int
+    in_flight_cents: int
+    spend_pct: int
+    refund_pct: int
+
+
+class UsageOut(Schema):
+    merchant: str
+    timezone: str
+    daily_spend_cap_micros: int
+    daily_refund_ceiling_cents: int
+    days: list[UsageDayOut]

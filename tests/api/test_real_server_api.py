@@ -1,0 +1,194 @@
+"""The JSON API over a real web process (``manage.py web``, uvicorn) and a real HTTP client.
+
+One web process for the module, on the test database (``web_process_on_test_database``).
+Driven here: a ``read`` key cannot decide, a revoked key is refused at once, another
+merchant's key gets 404 for every id of ours, five identical ``Idempotency-Key`` POSTs at
+once make one run, one help-desk webhook delivered five times at once makes one
+ticket, and schemathesis (``st run``) finds no server error and no answer that
+contradicts ``/api/v1/openapi.json``, with a key of each merchant.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import http.client
+import json
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from agent.models import Run
+from approvals.models import Approval
+from deskhand.apikeys.models import ApiKey
+from deskhand.apikeys.services import key_revoke
+from tests.api.conftest import new_key
+from tests.console.conftest import (
+    NW_OWNER,
+    WebServer,
+    make_approval,
+    make_run,
+    user,
+    web_process_on_test_database,
+)
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def server(django_db_setup, django_db_blocker) -> Iterator[WebServer]:
+    env = {"DESKHAND_API_KEY_LIMIT": "100000"}  # schemathesis is not the rate limit's test
+    with django_db_blocker.unblock(), web_process_on_test_database("test-api.log", env) as web:
+        yield web
+
+
+def call(
+    server: WebServer, method: str, path: str, token: str, body: Any = None, **headers: str
+) -> tuple[int, dict[str, str], Any]:
+    conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=60)
+    try:
+        data = json.dumps(body).encode() if body is not None else None
+        h = {"Authorization": f"Bearer {token}", **headers}
+        if data is not None:
+            h["Content-Type"] = "application/json"
+        conn.request(method, path, body=data, headers=h)
+        r = conn.getresponse()
+        raw = r.read()
+        return r.status, {k.lower(): v for k, v in r.getheaders()}, json.loads(raw or b"null")
+    finally:
+        conn.close()
+
+
+def test_a_read_key_cannot_decide_and_a_revoked_key_is_refused_at_once(server, tseeded):
+    read = new_key(["read"])
+    approval = make_approval(make_run("NW-1", status="awaiting_approval"))
+    decide = {"decision": "approve", "member": NW_OWNER}
+    status, headers, body = call(
+        server, "POST", f"/api/v1/approvals/{approval.pk}/decide", read, decide
+    )
+    assert status == 403 and headers["content-type"] == "application/problem+json"
+    assert body["type"] == "urn:deskhand:problem:scope" and "decide" in body["detail"]
+    assert Approval.objects.get(pk=approval.pk).status == "pending"
+
+    assert call(server, "GET", f"/api/v1/approvals/{approval.pk}", read)[0] == 200
+    key_revoke(key=ApiKey.objects.get(name="northwind read"), user=user(NW_OWNER))
+    status, headers, body = call(server, "GET", f"/api/v1/approvals/{approval.pk}", read)
+    assert status == 401 and body["type"] == "urn:deskhand:problem:unauthenticated"
+
+
+def test_another_merchants_key_gets_404_for_every_id_of_ours(server, tseeded):
+    lumen = new_key(["read", "write", "decide"], merchant="lumen")
+    run = make_run("NW-1", status="awaiting_approval")
+    approval = make_approval(run)
+    reads = ["/api/v1/tickets/NW-1", f"/api/v1/runs/{run.pk}", f"/api/v1/approvals/{approval.pk}"]
+    for path in reads:
+        assert call(server, "GET", path, lumen)[0] == 404, path
+    writes = [
+        ("/api/v1/tickets/NW-1/messages", {"body": "hello"}),
+        ("/api/v1/runs", {"ticket": "NW-1"}),
+        (f"/api/v1/runs/{run.pk}/steer", {"body": "stop"}),
+        (f"/api/v1/runs/{run.pk}/cancel", {}),
+        (f"/api/v1/approvals/{approval.pk}/decide", {"decision": "approve", "member": NW_OWNER}),
+    ]
+    for path, payload in writes:
+        status, headers, body = call(server, "POST", path, lumen, payload)
+        assert status == 404, (path, status, body)
+        assert headers["content-type"] == "application/problem+json"
+    run.refresh_from_db()
+    assert run.status == "awaiting_approval"
+    assert Approval.objects.get(pk=approval.pk).status == "pending"
+
+
+def test_five_identical_idempotent_posts_at_once_start_one_run(server, tseeded):
+    token = new_key(["write"])
+
+    def start(_: int) -> tuple[int, Any]:
+        status, _h, body = call(
+            server, "POST", "/api/v1/runs", token, {"ticket": "NW-3"}, **{"Idempotency-Key": "once"}
+        )
+        return status, body
+
+    with concurrent.futures.ThreadPoolExecutor(5) as pool:
+        answers = list(pool.map(start, range(5)))
+    assert sorted(s for s, _ in answers) == [200, 200, 200, 200, 201], answers
+    assert len({b["id"] for _, b in answers}) == 1
+    assert Run.objects.filter(ticket__reference="NW-3", merchant__slug="northwind").count() == 1
+
+
+def test_one_webhook_delivered_five_times_at_once_makes_one_ticket(server, tseeded):
+    from deskhand.apikeys.helpdesk import source_create
+    from deskhand.apikeys.models import ExternalTicket
+    from deskhand.desk.models import Merchant, TicketMessage
+    from tests.api.test_helpdesk import new_ticket, signed
+
+    _, secret = source_create(
+        merchant=Merchant.objects.get(slug="northwind"), user=user(NW_OWNER), slug="zendesk"
+    )
+    delivery = signed(secret, new_ticket("ZD-77"), webhook_id="msg_five")
+    headers = {
+        "Content-Type": "application/json",
+        "webhook-id": delivery["HTTP_WEBHOOK_ID"],
+        "webhook-timestamp": delivery["HTTP_WEBHOOK_TIMESTAMP"],
+        "webhook-signature": delivery["HTTP_WEBHOOK_SIGNATURE"],
+    }
+
+    def post(_: int) -> tuple[int, Any]:
+        conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=60)
+        try:
+            conn.request("POST", "/api/v1/helpdesk/northwind/zendesk", delivery["data"], headers)
+            r = conn.getresponse()
+            return r.status, json.loads(r.read())
+        finally:
+            conn.close()
+
+    with concurrent.futures.ThreadPoolExecutor(5) as pool:
+        answers = list(pool.map(post, range(5)))
+    assert sorted(s for s, _ in answers) == [200, 200, 200, 200, 201], answers
+    assert len({b["ticket"] for _, b in answers}) == 1
+    link = ExternalTicket.objects.get(external_id="ZD-77")
+    assert TicketMessage.objects.filter(ticket=link.ticket).count() == 1
+
+
+def test_schemathesis_finds_no_server_error_and_no_answer_against_the_schema(
+    server, tseeded, tmp_path
+):
+    """Both merchants' keys in turn, each for at most 60 s (two minutes in all)."""
+    make_approval(make_run("NW-1", status="awaiting_approval"))
+    make_run("LU-1", "lumen", status="succeeded")
+    for merchant in ("northwind", "lumen"):
+        token = new_key(["read", "write", "decide"], merchant=merchant)
+        done = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "schemathesis.cli",
+                "run",
+                f"{server.url}/api/v1/openapi.json",
+                "--header",
+                f"Authorization: Bearer {token}",
+                "--checks",
+                "not_a_server_error,status_code_conformance,content_type_conformance,"
+                "response_schema_conformance,response_headers_conformance",
+                "--phases",
+                "examples,coverage,fuzzing",
+                "--max-time",
+                "60",
+                "--workers",
+                "2",
+                "--request-timeout",
+                "30",
+                "--no-color",
+            ],
+            cwd=tmp_path,  # its cache (.schemathesis/) is written there, not in the work tree
+            capture_output=True,
+            text=True,
+            timeout=150,
+        )
+        # Kept for a failure's post-mortem, beside the web process's log.
+        (ROOT / ".deskhand" / f"test-api-schemathesis-{merchant}.log").write_text(done.stdout)
+        assert done.returncode == 0, f"{merchant}:\n{done.stdout[-6000:]}\n{done.stderr[-2000:]}"
+    log = server.log_path.read_text()
+    assert "Internal Server Error" not in log and "Exception in ASGI application" not in log
