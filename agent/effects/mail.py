@@ -25,7 +25,7 @@ from django.core.mail.backends.smtp import EmailBackend
 from agent.effects import config
 from agent.effects.base import Outcome, Retry, with_retries
 from agent.ledger.models import LedgerEntry
-from agent.tools.irreversible import email_result, reply_result
+from agent.tools.irreversible import asked_result, email_result, reply_result
 from agent.tools.reads import run_ticket
 from agent.tools.registry import ToolContext, ToolError
 from deskhand.desk import services, thread
@@ -33,6 +33,9 @@ from deskhand.desk.models import Ticket
 
 NAME = "smtp"
 REPLY = "reply_to_customer"
+ASK = "ask_customer"
+# Words to the customer on the ticket's thread: threaded, signed, capped per day.
+THREAD_REPLIES = (REPLY, ASK)
 
 
 def message_id(ledger_key: str, domain: str) -> str:
@@ -45,6 +48,11 @@ def _ticket(entry: LedgerEntry) -> Ticket:
     return Ticket.objects.select_related("customer", "merchant").get(
         merchant_id=entry.merchant_id, reference=args.get("reference")
     )
+
+
+def _words(tool: str, args: Any) -> str:
+    """What a reply or a question says (its argument's name differs)."""
+    return str((args or {}).get("question" if tool == ASK else "body", ""))
 
 
 def _send(cfg: config.SmtpConfig, msg: EmailMessage) -> None:
@@ -94,8 +102,8 @@ class SmtpAdapter:
     def prepare(self, ctx: ToolContext, args: dict[str, Any], entry: LedgerEntry) -> None:
         ticket = run_ticket(ctx, args["reference"])
         try:
-            if entry.tool == REPLY:
-                services.customer_reply_check(ticket=ticket, body=args["body"])
+            if entry.tool in THREAD_REPLIES:
+                services.customer_reply_check(ticket=ticket, body=_words(entry.tool, args))
             else:
                 services.email_check(subject=args["subject"], body=args["body"])
             cfg = config.smtp()
@@ -120,7 +128,7 @@ class SmtpAdapter:
             "X-Deskhand-Ticket": ticket.reference,
             "Auto-Submitted": "auto-replied",
         }
-        if entry.tool == REPLY:
+        if entry.tool in THREAD_REPLIES:
             h = thread.reply_headers(ticket)
             sender = Address(display_name=h.from_name, addr_spec=h.from_address or cfg.mail_from)
             if h.in_reply_to:
@@ -128,7 +136,7 @@ class SmtpAdapter:
                 headers["References"] = h.references
             return EmailMessage(
                 subject=h.subject[: services.SUBJECT_MAX_CHARS],
-                body=thread.signed(entry.arguments["body"], ticket.merchant.name),
+                body=thread.signed(_words(entry.tool, entry.arguments), ticket.merchant.name),
                 from_email=str(sender),
                 to=to,
                 reply_to=[h.reply_to] if h.reply_to else None,
@@ -177,15 +185,16 @@ class SmtpAdapter:
     def record(self, entry: LedgerEntry, outcome: Outcome) -> tuple[str, bool]:
         ticket = _ticket(entry)
         to = f"{ticket.customer.name} <{ticket.customer.email}>"
-        if outcome.state == "done" and entry.tool == REPLY:
+        if outcome.state == "done" and entry.tool in THREAD_REPLIES:
             reply = services.customer_reply_send(
                 ticket=ticket,
-                body=entry.arguments["body"],
+                body=_words(entry.tool, entry.arguments),
                 run_id=entry.run_id,
                 ledger_entry_id=entry.pk,
                 message_id=entry.provider_ref,
             )
-            return reply_result(ticket, reply).text, True
+            said = asked_result if entry.tool == ASK else reply_result
+            return said(ticket, reply).text, True
         if outcome.state == "done":
             email = services.email_send(
                 ticket=ticket,

@@ -100,7 +100,7 @@ def lookup(run: Run, call: dict[str, Any], root: Run | None = None) -> LedgerEnt
     return matching_effect(lineage_entries(run, root), call)
 
 
-CUSTOMER_MAIL = ("send_customer_email", "reply_to_customer")
+CUSTOMER_MAIL = ("send_customer_email", "reply_to_customer", "ask_customer")
 """The tools whose effect is words to the ticket's customer."""
 
 
@@ -113,6 +113,8 @@ def describe(tool: str, arguments: Any) -> str:
         return f"Emailed the customer on {a.get('reference')}: '{a.get('subject')}'."
     if tool == "reply_to_customer":
         return f"Replied to the customer on {a.get('reference')}."
+    if tool == "ask_customer":
+        return f"Asked the customer a question on {a.get('reference')}."
     if tool == "cancel_order":
         return f"Cancelled order {a.get('order_reference')}."
     return f"{tool}."
@@ -126,8 +128,8 @@ def describe_in_flight(entry: LedgerEntry) -> str:
         what = f"Refund of {format_cents(a.get('amount_cents') or 0)} against {a.get('order_reference')}"
     elif entry.tool == "send_customer_email":
         what = f"Email to the customer on {a.get('reference')}: '{a.get('subject')}'"
-    elif entry.tool == "reply_to_customer":
-        what = f"Reply to the customer on {a.get('reference')}"
+    elif entry.tool in ("reply_to_customer", "ask_customer"):
+        what = f"Message to the customer on {a.get('reference')}"
     else:
         what = describe(entry.tool, a).rstrip(".")
     return f"{what} in flight (sent to {entry.adapter}, not yet confirmed)."

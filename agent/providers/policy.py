@@ -38,7 +38,7 @@ from agent.providers.policy_reading import (
     sentences,
     when,
 )
-from agent.providers.replies import reply_body
+from agent.providers.replies import question_body, reply_body
 from agent.providers.scripted import MARK, _assistant_turns, _Reporting, say
 
 Step = tuple[str, dict[str, Any]]
@@ -69,6 +69,12 @@ class Case:
             str(m.get("body", ""))
             for m in ticket.get("messages", [])
             if m.get("kind") == "customer"
+        ]
+        # What the customer answered to a question this run asked: their words too.
+        customer_words += [
+            (c.text or "").partition("\n\n")[2]
+            for c in history.calls
+            if c.name == "ask_customer" and c.succeeded
         ]
         self.embedded = [s for text in customer_words for s in instructions_in(text)]
         self.embedded += [s for text in history.untrusted_texts() for s in instructions_in(text)]
@@ -418,6 +424,13 @@ class Case:
 
     # what to write
 
+    def question_due(self, offered: set[str] | None) -> bool:
+        """The one thing worth asking the customer: which order, when the ticket names none."""
+        if offered is not None and "ask_customer" not in offered:
+            return False
+        asks_about_an_order = self.topic in ("refund", "shipping", "warranty", "wrong_item")
+        return asks_about_an_order and not self.order_references
+
     def reply_due(self, offered: set[str] | None) -> bool:
         """A reply goes to the customer unless an email already told them (or none is offered)."""
         if offered is not None and "reply_to_customer" not in offered:
@@ -535,6 +548,9 @@ class PolicyProvider(_Reporting):
         for order_ref in case.order_references:
             if history.last("get_order", reference=order_ref) is None:
                 return ("get_order", {"reference": order_ref})
+        if case.question_due(offered) and history.last("ask_customer", reference=ref) is None:
+            # Nothing can be checked without the order: ask for it, and wait for the answer.
+            return ("ask_customer", {"reference": ref, "question": question_body(case)})
         if (forced := self._intervene(history, case)) is not None:
             return forced
         if history.last("search_kb", query=case.kb_query) is None:

@@ -26,6 +26,7 @@ import re
 from django.db import transaction
 from django.db.models import BigIntegerField, Max
 from django.db.models.functions import Cast, Lower, Substr
+from django.dispatch import Signal
 from django.utils.crypto import constant_time_compare, salted_hmac
 
 from deskhand.desk.models import (
@@ -40,6 +41,13 @@ from deskhand.desk.models import (
 )
 
 SUBJECT_MAX_CHARS = 300  # Ticket.subject's width.
+
+customer_wrote = Signal()
+"""Sent once a customer's new line on a thread is committed (``message_id``: its pk).
+
+The desk cannot know what runs do (they sit above it); the agent connects
+``agent.customer.route.customer_message_route`` here, so a message from any channel
+(mail, the API) wakes the run waiting for it or opens one as the merchant allows."""
 _TOKEN_SALT = "deskhand.desk.thread.reply_token"
 _SUBJECT_REF = re.compile(r"\[#\s*([A-Za-z][A-Za-z0-9]{0,7}-[0-9]{1,9})\s*\]")
 _MESSAGE_ID = re.compile(r"<[^<>\s]{1,246}>")
@@ -252,6 +260,9 @@ def thread_customer_message_add(
         sent_at=sent_at,
         received_at=received_at,
     )
+    # Once committed, whatever a customer's message does to runs happens (the agent's
+    # ``customer_message_route`` listens): the same for every channel that adds one here.
+    transaction.on_commit(lambda: customer_wrote.send(sender=TicketMessage, message_id=message.pk))
     if not automated and ticket.status == TicketStatus.RESOLVED:
         Ticket.objects.filter(pk=ticket.pk).update(
             status=TicketStatus.OPEN, updated_at=message.created_at

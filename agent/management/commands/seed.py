@@ -464,7 +464,10 @@ def _seed_merchant(spec: MerchantSpec, now: dt.datetime) -> None:
         ApprovalPolicy.objects.create(
             merchant=merchant,
             version=1,
-            rules=[{"tool": "reply_to_customer", "max_per_day": spec.reply_rule}],
+            rules=[
+                {"tool": tool, "max_per_day": spec.reply_rule}
+                for tool in ("reply_to_customer", "ask_customer")
+            ],
             created_by=_user(owner),
             created_by_name=owner,
         )
