@@ -141,3 +141,49 @@ def test_no_answer_in_three_days_ends_the_run_customer_did_not_reply(
     mine = [i for i in items if str(run.pk) in str(i.url)]
     assert mine and mine[0].title == "Stopped: customer did not reply"
     assert customer_waits_sweep() == 0  # nothing waits any more
+
+
+@pytest.mark.crash
+def test_a_run_waiting_for_the_customer_outlives_its_worker_and_wakes_on_the_answer(
+    worker_process, receiver, auto_new_tickets
+):
+    worker = worker_process("customer-wait").start()
+    ticket = new_ticket(receiver)
+    run = asked(ticket)
+    question = OutboundEmail.objects.get(ticket=ticket)
+    # Until the wait itself is checkpointed, so the killed worker left a parked run behind.
+    end = time.monotonic() + 30
+    while time.monotonic() < end and not _parked_in_recv(str(run.pk)):
+        time.sleep(0.05)
+    assert _parked_in_recv(str(run.pk))
+    worker.kill()
+
+    # Omar answers while no worker is up: the wake-up waits in DBOS for the run.
+    omar_writes(
+        receiver,
+        subject=f"Re: {question.subject}",
+        message_id="<omar-2@mail.example.com>",
+        headers={"In-Reply-To": question.thread_message.message_id},
+        body="Order NW-1077, thanks.",
+    )
+    assert Run.objects.get(pk=run.pk).status == "awaiting_customer"
+
+    worker.start()
+    run = wait_terminal(str(run.id), timeout=90)
+    assert run.status == "succeeded", run.summary
+    steps = [s.tool for s in Step.objects.filter(run=run, kind="tool")]
+    assert steps.count("ask_customer") == 2 and "get_order" in steps  # asked once, answered once
+    assert OutboundEmail.objects.filter(ticket=ticket).count() == 2  # the question, the reply
+    assert Run.objects.filter(ticket=ticket).count() == 1  # the answer woke it, opened none
+
+
+def _parked_in_recv(run_id: str) -> bool:
+    from django.db import connection
+
+    with connection.cursor() as cur:
+        cur.execute(
+            "SELECT count(*) FROM dbos.operation_outputs WHERE workflow_uuid = %s "
+            "AND function_name = 'customer.read'",
+            [run_id],
+        )
+        return bool(cur.fetchone()[0])
