@@ -52,7 +52,7 @@ def effects_summary(run_id: str) -> str:
             lines.append(describe(entry.tool, entry.arguments) + _decided_how(entry.approval))
     if not lines and not any(e.is_pending for e in entries):
         lines.append("No money moved, no email was sent and no order was cancelled.")
-    elif all(e.ok and e.tool in CUSTOMER_MAIL for e in entries):
+    elif all(e.tool in CUSTOMER_MAIL for e in entries if e.ok or e.is_pending):
         # Only words to the customer: say so about the money too, as a run that did nothing would.
         lines.append("No money moved and no order was cancelled.")
     for entry in entries:

@@ -143,7 +143,7 @@ def test_a_decline_is_told_to_the_model_consumes_the_approval_and_moves_no_money
     told = [b for b in tool_results(model_inputs[-1]) if "charge_disputed" in str(b["content"])]
     assert told and told[0]["is_error"] is True
     # The approval is used up: it is approved, and its one ledger entry says failed.
-    approval = Approval.objects.get(run=run)
+    approval = Approval.objects.get(run=run, tool="issue_refund")
     assert approval.status == "approved" and list(approval.ledger_entries.all()) == [entry]
     assert "No money moved" in run.summary
     assert "Approved but not done: Refund 38.00 USD against order NW-1042" in run.summary
