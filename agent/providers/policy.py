@@ -435,7 +435,9 @@ class Case:
         """A reply goes to the customer unless an email already told them (or none is offered)."""
         if offered is not None and "reply_to_customer" not in offered:
             return False
-        return self.note_due()
+        # An email asked for already told them, or a person declined telling them that way:
+        # the agent does not write to the customer by another door.
+        return not any(c.name == "send_customer_email" for c in self.history.calls)
 
     def note_due(self) -> bool:
         # A customer email already sits on the ticket as the record of what was done.
