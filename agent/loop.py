@@ -283,7 +283,9 @@ class Loop:
             raise closed_quietly(out["status"])
         if "stop" in out:
             raise Stop(RunStatus.FAILED, out["stop"], out["detail"])
-        if call["name"] == ASK_TOOL and out["ok"] and not out.get("replayed"):
+        # Also when the ask's step ran again after a crash (its answer then comes from the
+        # ledger: the question went out once) — the run still waits for the customer.
+        if call["name"] == ASK_TOOL and out["ok"]:
             return await self._await_customer(call)
         return self._result(call, out["text"], out["ok"])
 
