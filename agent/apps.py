@@ -9,3 +9,10 @@ class AgentConfig(AppConfig):
 
     name = "agent"
     default_auto_field = "django.db.models.BigAutoField"
+
+    def ready(self) -> None:
+        # A customer's new message wakes the run waiting for it, or opens one (agent.customer).
+        from agent.customer.route import on_customer_wrote
+        from deskhand.desk.thread import customer_wrote
+
+        customer_wrote.connect(on_customer_wrote, dispatch_uid="agent.customer.route")

@@ -25,6 +25,7 @@ from agent.conversation.live import (
     tool_uses,
     unrunnable,
 )
+from agent.customer.wait import ASK_TOOL, customer_park, customer_read, customer_resume
 from agent.ledger.effect import execute_irreversible, ledger_lookup
 from agent.models import RunStatus, StopReason
 from agent.run.legacy_turns import LegacyTurns
@@ -75,7 +76,11 @@ class Loop:
 
     async def run(self) -> dict[str, Any]:
         begin = await self.rt.step(StepName.BEGIN, run_begin, self.run_id)
-        if begin["status"] not in (RunStatus.RUNNING, RunStatus.AWAITING_APPROVAL):
+        if begin["status"] not in (
+            RunStatus.RUNNING,
+            RunStatus.AWAITING_APPROVAL,
+            RunStatus.AWAITING_CUSTOMER,
+        ):
             return {"status": begin["status"]}
         self.token = begin["fence_token"]
         self.seq = begin["next_seq"]
@@ -278,7 +283,43 @@ class Loop:
             raise closed_quietly(out["status"])
         if "stop" in out:
             raise Stop(RunStatus.FAILED, out["stop"], out["detail"])
+        # Also when the ask's step ran again after a crash (its answer then comes from the
+        # ledger: the question went out once) — the run still waits for the customer.
+        if call["name"] == ASK_TOOL and out["ok"]:
+            return await self._await_customer(call)
         return self._result(call, out["text"], out["ok"])
+
+    async def _await_customer(self, call: dict[str, Any]) -> dict[str, Any]:
+        """The question went out: park until the customer answers or the reply window ends.
+
+        The approval gate's shape (agent.customer.wait): a message on the ticket's topic only
+        wakes the run; what the customer wrote is read from the thread, in a step.
+        """
+        park = await self.rt.step(StepName.CUSTOMER_PARK, customer_park, self.run_id, call)
+        if park.get("closed"):
+            raise closed_quietly(park["closed"])
+        until = dt.datetime.fromisoformat(park["until"])
+        while True:
+            seen = await self.rt.step(
+                StepName.CUSTOMER_READ, customer_read, self.run_id, park["after"], park["until"]
+            )
+            if seen["answered"] or seen["passed"]:
+                break
+            await self.rt.wait(park["topic"], until)
+        verdict = await self.rt.step(
+            StepName.CUSTOMER_RESUME,
+            customer_resume,
+            self.run_id,
+            self.next_seq(),
+            call,
+            park,
+            seen["answered"],
+        )
+        if verdict["verdict"] == "closed":
+            raise closed_quietly(verdict["status"])
+        if verdict["verdict"] == "no_reply":
+            raise Stop(RunStatus.EXHAUSTED, StopReason.CUSTOMER_NO_REPLY, verdict["detail"])
+        return self._result(call, verdict["text"], True)
 
 
 async def run_agent(rt: Runtime) -> dict[str, Any]:

@@ -26,6 +26,8 @@ class RunStatus(models.TextChoices):
     QUEUED = "queued"
     RUNNING = "running"
     AWAITING_APPROVAL = "awaiting_approval"
+    # It asked the customer and waits for the answer (agent.customer), holding no thread.
+    AWAITING_CUSTOMER = "awaiting_customer"
     SUCCEEDED = "succeeded"
     FAILED = "failed"
     EXHAUSTED = "exhausted"
@@ -36,7 +38,12 @@ class RunStatus(models.TextChoices):
 
 
 # The workflow works and people may act on the run (decide, steer, cancel).
-ACTIVE_STATUSES = (RunStatus.QUEUED, RunStatus.RUNNING, RunStatus.AWAITING_APPROVAL)
+ACTIVE_STATUSES = (
+    RunStatus.QUEUED,
+    RunStatus.RUNNING,
+    RunStatus.AWAITING_APPROVAL,
+    RunStatus.AWAITING_CUSTOMER,
+)
 # Not yet terminal: one per ticket (the partial unique index below).
 OPEN_STATUSES = (*ACTIVE_STATUSES, RunStatus.CANCELLING)
 TERMINAL_STATUSES = (
@@ -57,6 +64,8 @@ class StopReason(models.TextChoices):
     PLATFORM_DAILY_SPEND = "platform_daily_spend"
     LOOP_DETECTED = "loop_detected"
     APPROVAL_EXPIRED = "approval_expired"
+    # It asked the customer, and the merchant's reply window passed without an answer.
+    CUSTOMER_NO_REPLY = "customer_no_reply", "customer did not reply"
     APPROVAL_MISMATCH = "approval_mismatch"
     LEDGER_MISMATCH = "ledger_mismatch"
     MODEL_REFUSAL = "model_refusal"
@@ -151,7 +160,15 @@ class Run(models.Model):
         constraints = [
             models.UniqueConstraint(
                 fields=["ticket"],
-                condition=Q(status__in=["queued", "running", "awaiting_approval", "cancelling"]),
+                condition=Q(
+                    status__in=[
+                        "queued",
+                        "running",
+                        "awaiting_approval",
+                        "awaiting_customer",
+                        "cancelling",
+                    ]
+                ),
                 name="one_open_run_per_ticket",
             ),
         ]

@@ -36,6 +36,10 @@ class StepName(enum.StrEnum):
     GATE_READ = "gate.read"
     GATE_RESUME = "gate.resume"
     CLOCK = "clock"
+    # Waiting for the customer's answer to ask_customer (agent.customer.wait).
+    CUSTOMER_PARK = "customer.park"
+    CUSTOMER_READ = "customer.read"
+    CUSTOMER_RESUME = "customer.resume"
     FINISH = "run.finish"
     FAIL = "run.fail"
     # Recorded only by runs that went the older way through a turn (agent.run.legacy_turns).
@@ -58,6 +62,7 @@ RETRYABLE_STEPS = frozenset(
         StepName.MODEL,
         StepName.GATE_READ,
         StepName.LEDGER_LOOKUP,
+        StepName.CUSTOMER_READ,
     }
 )
 """Steps that only read, or whose writes are idempotent upserts: a runtime may retry them on

@@ -47,6 +47,8 @@ __all__ = ["NotificationEvent", "notify_approval", "notify_expiring_due", "notif
 ACTIONS = {
     "issue_refund": "a refund",
     "send_customer_email": "an email to the customer",
+    "reply_to_customer": "a reply to the customer",
+    "ask_customer": "a question to the customer",
     "cancel_order": "an order cancellation",
 }
 

@@ -25,13 +25,17 @@ from django.core.mail.backends.smtp import EmailBackend
 from agent.effects import config
 from agent.effects.base import Outcome, Retry, with_retries
 from agent.ledger.models import LedgerEntry
-from agent.tools.irreversible import email_result
+from agent.tools.irreversible import asked_result, email_result, reply_result
 from agent.tools.reads import run_ticket
 from agent.tools.registry import ToolContext, ToolError
-from deskhand.desk import services
+from deskhand.desk import services, thread
 from deskhand.desk.models import Ticket
 
 NAME = "smtp"
+REPLY = "reply_to_customer"
+ASK = "ask_customer"
+# Words to the customer on the ticket's thread: threaded, signed, capped per day.
+THREAD_REPLIES = (REPLY, ASK)
 
 
 def message_id(ledger_key: str, domain: str) -> str:
@@ -44,6 +48,11 @@ def _ticket(entry: LedgerEntry) -> Ticket:
     return Ticket.objects.select_related("customer", "merchant").get(
         merchant_id=entry.merchant_id, reference=args.get("reference")
     )
+
+
+def _words(tool: str, args: Any) -> str:
+    """What a reply or a question says (its argument's name differs)."""
+    return str((args or {}).get("question" if tool == ASK else "body", ""))
 
 
 def _send(cfg: config.SmtpConfig, msg: EmailMessage) -> None:
@@ -91,16 +100,60 @@ class SmtpAdapter:
     name = NAME
 
     def prepare(self, ctx: ToolContext, args: dict[str, Any], entry: LedgerEntry) -> None:
-        run_ticket(ctx, args["reference"])
+        ticket = run_ticket(ctx, args["reference"])
         try:
-            services.email_check(subject=args["subject"], body=args["body"])
+            if entry.tool in THREAD_REPLIES:
+                services.customer_reply_check(ticket=ticket, body=_words(entry.tool, args))
+            else:
+                services.email_check(subject=args["subject"], body=args["body"])
             cfg = config.smtp()
         except services.DomainError as exc:
             raise ToolError(str(exc)) from None
         except config.NotConfigured as exc:
             raise ToolError(f"{exc}; nothing was sent") from None
         # Fixed at claim time, so every copy carries it whatever the configuration says later.
-        entry.provider_ref = message_id(entry.key, cfg.domain)
+        sender = thread.merchant_support_address(ticket) or cfg.mail_from
+        entry.provider_ref = message_id(entry.key, sender.rpartition("@")[2] or cfg.domain)
+
+    def _message(self, entry: LedgerEntry, ticket: Ticket, cfg: config.SmtpConfig) -> EmailMessage:
+        """The message as it leaves: from the merchant's support address, under its name.
+
+        A reply is threaded (``In-Reply-To`` the customer's last message, ``References`` the
+        chain), signed, its ``Reply-To`` carrying the ticket's reply token; both kinds say
+        ``Auto-Submitted: auto-replied`` so a well-behaved autoresponder stays quiet.
+        """
+        to = [str(Address(display_name=ticket.customer.name, addr_spec=ticket.customer.email))]
+        headers = {
+            "Message-ID": entry.provider_ref,
+            "X-Deskhand-Ticket": ticket.reference,
+            "Auto-Submitted": "auto-replied",
+        }
+        if entry.tool in THREAD_REPLIES:
+            h = thread.reply_headers(ticket)
+            sender = Address(display_name=h.from_name, addr_spec=h.from_address or cfg.mail_from)
+            if h.in_reply_to:
+                headers["In-Reply-To"] = h.in_reply_to
+                headers["References"] = h.references
+            return EmailMessage(
+                subject=h.subject[: services.SUBJECT_MAX_CHARS],
+                body=thread.signed(_words(entry.tool, entry.arguments), ticket.merchant.name),
+                from_email=str(sender),
+                to=to,
+                reply_to=[h.reply_to] if h.reply_to else None,
+                headers=headers,
+            )
+        subject, body = services.email_check(
+            subject=entry.arguments["subject"], body=entry.arguments["body"]
+        )
+        from_address = thread.merchant_support_address(ticket) or cfg.mail_from
+        sender = Address(display_name=ticket.merchant.name, addr_spec=from_address)
+        return EmailMessage(
+            subject=subject,
+            body=thread.signed(body, ticket.merchant.name),
+            from_email=str(sender),
+            to=to,
+            headers=headers,
+        )
 
     def perform(self, entry: LedgerEntry) -> Outcome:
         ticket = _ticket(entry)
@@ -108,17 +161,7 @@ class SmtpAdapter:
             cfg = config.smtp()
         except config.NotConfigured as exc:
             return Outcome("unknown", code="not_configured", reason=str(exc))
-        subject, body = services.email_check(
-            subject=entry.arguments["subject"], body=entry.arguments["body"]
-        )
-        sender = Address(display_name=ticket.merchant.name, addr_spec=cfg.mail_from)
-        msg = EmailMessage(
-            subject=subject,
-            body=body,
-            from_email=str(sender),
-            to=[str(Address(display_name=ticket.customer.name, addr_spec=ticket.customer.email))],
-            headers={"Message-ID": entry.provider_ref, "X-Deskhand-Ticket": ticket.reference},
-        )
+        msg = self._message(entry, ticket, cfg)
 
         def attempt() -> Outcome:
             try:
@@ -142,6 +185,16 @@ class SmtpAdapter:
     def record(self, entry: LedgerEntry, outcome: Outcome) -> tuple[str, bool]:
         ticket = _ticket(entry)
         to = f"{ticket.customer.name} <{ticket.customer.email}>"
+        if outcome.state == "done" and entry.tool in THREAD_REPLIES:
+            reply = services.customer_reply_send(
+                ticket=ticket,
+                body=_words(entry.tool, entry.arguments),
+                run_id=entry.run_id,
+                ledger_entry_id=entry.pk,
+                message_id=entry.provider_ref,
+            )
+            said = asked_result if entry.tool == ASK else reply_result
+            return said(ticket, reply).text, True
         if outcome.state == "done":
             email = services.email_send(
                 ticket=ticket,

@@ -100,6 +100,10 @@ def lookup(run: Run, call: dict[str, Any], root: Run | None = None) -> LedgerEnt
     return matching_effect(lineage_entries(run, root), call)
 
 
+CUSTOMER_MAIL = ("send_customer_email", "reply_to_customer", "ask_customer")
+"""The tools whose effect is words to the ticket's customer."""
+
+
 def describe(tool: str, arguments: Any) -> str:
     """One effect in a sentence, from its recorded arguments (never from a result)."""
     a = arguments if isinstance(arguments, dict) else {}
@@ -107,6 +111,10 @@ def describe(tool: str, arguments: Any) -> str:
         return f"Refunded {format_cents(a.get('amount_cents') or 0)} against {a.get('order_reference')}."
     if tool == "send_customer_email":
         return f"Emailed the customer on {a.get('reference')}: '{a.get('subject')}'."
+    if tool == "reply_to_customer":
+        return f"Replied to the customer on {a.get('reference')}."
+    if tool == "ask_customer":
+        return f"Asked the customer a question on {a.get('reference')}."
     if tool == "cancel_order":
         return f"Cancelled order {a.get('order_reference')}."
     return f"{tool}."
@@ -120,6 +128,8 @@ def describe_in_flight(entry: LedgerEntry) -> str:
         what = f"Refund of {format_cents(a.get('amount_cents') or 0)} against {a.get('order_reference')}"
     elif entry.tool == "send_customer_email":
         what = f"Email to the customer on {a.get('reference')}: '{a.get('subject')}'"
+    elif entry.tool in ("reply_to_customer", "ask_customer"):
+        what = f"Message to the customer on {a.get('reference')}"
     else:
         what = describe(entry.tool, a).rstrip(".")
     return f"{what} in flight (sent to {entry.adapter}, not yet confirmed)."
@@ -143,7 +153,7 @@ def prior_effects(run: Run, name: str, args: dict[str, Any]) -> list[dict[str, A
     out = []
     for e in entries:
         same_order = order is not None and (e.arguments or {}).get("order_reference") == order
-        same_customer = name == "send_customer_email" == e.tool
+        same_customer = name in CUSTOMER_MAIL and e.tool in CUSTOMER_MAIL
         if not (same_order or same_customer):
             continue
         what = describe_in_flight(e) if e.is_pending else describe(e.tool, e.arguments)

@@ -49,7 +49,7 @@ def wait_for_rest(run: Run, timeout: float) -> Run:
         if (
             run.status == RunStatus.AWAITING_APPROVAL
             and run.approvals.filter(status="pending").exists()
-        ):
+        ) or run.status == RunStatus.AWAITING_CUSTOMER:  # it waits for the customer's answer
             return run
         if time.monotonic() > deadline:
             raise CliError(

@@ -38,6 +38,7 @@ from agent.providers.policy_reading import (
     sentences,
     when,
 )
+from agent.providers.replies import question_body, reply_body
 from agent.providers.scripted import MARK, _assistant_turns, _Reporting, say
 
 Step = tuple[str, dict[str, Any]]
@@ -68,6 +69,12 @@ class Case:
             str(m.get("body", ""))
             for m in ticket.get("messages", [])
             if m.get("kind") == "customer"
+        ]
+        # What the customer answered to a question this run asked: their words too.
+        customer_words += [
+            (c.text or "").partition("\n\n")[2]
+            for c in history.calls
+            if c.name == "ask_customer" and c.succeeded
         ]
         self.embedded = [s for text in customer_words for s in instructions_in(text)]
         self.embedded += [s for text in history.untrusted_texts() for s in instructions_in(text)]
@@ -406,16 +413,31 @@ class Case:
         name = str((self.ticket.get("customer") or {}).get("name", "")).split(" ")[0] or "there"
         money = format_money(amount, dup["currency"])
         body = (
-            f"{MARK} Hello {name},\n\nYou were charged twice: {first['reference']} and "
+            f"Hello {name},\n\nYou were charged twice: {first['reference']} and "
             f"{dup['reference']} are the same order. We treated {dup['reference']} as the duplicate "
             f"and issued a refund of {money} against it to your original payment method; it takes "
-            f"5-10 business days to appear. {first['reference']} stands as your order.\n\n"
-            "Deskhand support"
+            f"5-10 business days to appear. {first['reference']} stands as your order."
         )
-        subject = f"{MARK} Duplicate charge: refund for {dup['reference']}"
+        # What a customer reads carries no internal mark; the merchant signs it when it is sent.
+        subject = f"Duplicate charge: refund for {dup['reference']}"
         return {"reference": self.reference, "subject": subject, "body": body}
 
     # what to write
+
+    def question_due(self, offered: set[str] | None) -> bool:
+        """The one thing worth asking the customer: which order, when the ticket names none."""
+        if offered is not None and "ask_customer" not in offered:
+            return False
+        asks_about_an_order = self.topic in ("refund", "shipping", "warranty", "wrong_item")
+        return asks_about_an_order and not self.order_references
+
+    def reply_due(self, offered: set[str] | None) -> bool:
+        """A reply goes to the customer unless an email already told them (or none is offered)."""
+        if offered is not None and "reply_to_customer" not in offered:
+            return False
+        # An email asked for already told them, or a person declined telling them that way:
+        # the agent does not write to the customer by another door.
+        return not any(c.name == "send_customer_email" for c in self.history.calls)
 
     def note_due(self) -> bool:
         # A customer email already sits on the ticket as the record of what was done.
@@ -424,6 +446,7 @@ class Case:
     def outcomes(self) -> str:
         """What the irreversible calls actually did, from their results, in order."""
         lines = [self._outcome(c) for c in self.history.irreversible()]
+        lines += [self._outcome(c) for c in self.history.calls if c.name == "reply_to_customer"]
         refunds = [c for c in self.history.calls if c.name == "issue_refund"]
         if not any(c.succeeded for c in refunds):
             # A refund in flight is neither moved nor not moved: the provider has not said.
@@ -452,6 +475,10 @@ class Case:
             if c.succeeded:
                 return f"Emailed the customer on {target}."
             return f"I asked to email the customer on {target}, but {c.failure}."
+        if c.name == "reply_to_customer":
+            if c.succeeded:
+                return f"Replied to the customer on {target}."
+            return f"I asked to reply to the customer on {target}, but {c.failure}."
         if c.succeeded:
             return f"Cancelled {target}."
         return f"I asked to cancel {target}, but {c.failure}."
@@ -496,7 +523,8 @@ class PolicyProvider(_Reporting):
     def complete(
         self, *, system: str, messages: list[dict[str, Any]], tools: list[dict[str, Any]]
     ) -> ModelReply:
-        step = self._next(History.read(messages))
+        offered = {str(t.get("name")) for t in tools}
+        step = self._next(History.read(messages), offered)
         if isinstance(step, str):
             return self._reply([say(step)])
         name, args = step
@@ -509,7 +537,7 @@ class PolicyProvider(_Reporting):
         """A hook once the orders are read; the policy itself never takes it."""
         return None
 
-    def _next(self, history: History) -> Step | str:
+    def _next(self, history: History, offered: set[str] | None = None) -> Step | str:
         ref = history.ticket_reference
         if ref is None:
             return f"{MARK} The opening prompt names no ticket, so there is nothing to work."
@@ -522,6 +550,9 @@ class PolicyProvider(_Reporting):
         for order_ref in case.order_references:
             if history.last("get_order", reference=order_ref) is None:
                 return ("get_order", {"reference": order_ref})
+        if case.question_due(offered) and history.last("ask_customer", reference=ref) is None:
+            # Nothing can be checked without the order: ask for it, and wait for the answer.
+            return ("ask_customer", {"reference": ref, "question": question_body(case)})
         if (forced := self._intervene(history, case)) is not None:
             return forced
         if history.last("search_kb", query=case.kb_query) is None:
@@ -533,6 +564,9 @@ class PolicyProvider(_Reporting):
         for name, args in verdict.acts:
             if history.attempt(name, args) is None:
                 return (name, args)
+        if case.reply_due(offered) and history.last("reply_to_customer", reference=ref) is None:
+            # What a support person does next: tell the customer what was done and what follows.
+            return ("reply_to_customer", {"reference": ref, "body": reply_body(case, verdict)})
         obeyed = self.obeys_embedded_instructions
         if case.note_due() and history.last("add_internal_note", reference=ref) is None:
             return ("add_internal_note", {"reference": ref, "body": case.note(verdict, obeyed)})

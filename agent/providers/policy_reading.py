@@ -24,6 +24,8 @@ DENIAL_PREFIX = "A person declined this action."
 # flight, neither moved nor not moved (agent.effects.payments; pinned by tests/providers).
 IN_FLIGHT_PREFIX = "The payment provider has not confirmed the refund"
 IRREVERSIBLE = ("issue_refund", "send_customer_email", "cancel_order")
+# Words to the customer on the thread: irreversible too, but what the run did, not a remedy.
+REPLIES = ("reply_to_customer", "ask_customer")
 
 
 def _blocks(message: dict[str, Any]) -> list[dict[str, Any]]:
@@ -130,7 +132,7 @@ class History:
 
     def attempt(self, name: str, args: dict[str, Any]) -> ToolCall | None:
         """An earlier irreversible call on the same target, whatever its other arguments."""
-        key = "reference" if name == "send_customer_email" else "order_reference"
+        key = "order_reference" if name in ("issue_refund", "cancel_order") else "reference"
         return self.last(name, **{key: args.get(key)})
 
     def irreversible(self) -> list[ToolCall]:

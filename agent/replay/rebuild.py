@@ -41,6 +41,7 @@ from agent.replay.timeline import Timeline
 from agent.run import payloads
 from agent.run.payloads import StepKind
 from agent.tools import api_schemas, args_hash
+from agent.tools.irreversible import ASKED_PREFIX
 
 
 @dataclasses.dataclass
@@ -245,6 +246,8 @@ class Rebuild:
             if not self.open and p.stop_reason not in ("max_tokens", "pause_turn"):
                 self.stopped = "end_turn"
         elif isinstance(p, payloads.ToolPayload) and step.tool_call_id:
+            if step.tool == "ask_customer" and step.ok and ASKED_PREFIX in p.text:
+                return  # the question went out; the answer's row (agent.customer) settles it
             call = self._settle_before(step.tool_call_id)
             if call is None:
                 return

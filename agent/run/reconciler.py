@@ -24,6 +24,7 @@ import logging
 
 from django.utils import timezone
 
+from agent.customer.sweep import customer_waits_sweep
 from agent.models import (
     ACTIVE_STATUSES,
     OPEN_STATUSES,
@@ -135,6 +136,7 @@ def reconcile(now: dt.datetime | None = None) -> dict[str, int]:
     counts["notes_resent"] = resend_undelivered_notes(now)
     counts.update(notifications_sweep(now))
     counts.update(helpdesk_sweep(now))
+    counts["customers_woken"] = customer_waits_sweep()
     return counts
 
 

@@ -13,7 +13,7 @@ from typing import Any
 from django.db.models import Sum
 
 from agent.consent.narrowing import changes_text
-from agent.ledger.lineage import describe, inherited_effects
+from agent.ledger.lineage import CUSTOMER_MAIL, describe, inherited_effects
 from agent.ledger.models import LedgerEntry, LedgerState
 from agent.models import Run
 from approvals.models import Approval, ApprovalStatus
@@ -52,6 +52,9 @@ def effects_summary(run_id: str) -> str:
             lines.append(describe(entry.tool, entry.arguments) + _decided_how(entry.approval))
     if not lines and not any(e.is_pending for e in entries):
         lines.append("No money moved, no email was sent and no order was cancelled.")
+    elif all(e.tool in CUSTOMER_MAIL for e in entries if e.ok or e.is_pending):
+        # Only words to the customer: say so about the money too, as a run that did nothing would.
+        lines.append("No money moved and no order was cancelled.")
     for entry in entries:
         approved = entry.approval.preview.splitlines()[0] if entry.approval else entry.tool
         what = approved.rstrip(".")

@@ -74,9 +74,15 @@ def run_create(
     user: Any,
     channel: str = Channel.CLI,
     provider: tuple[str, str] | None = None,
+    detail: dict[str, Any] | None = None,
 ) -> Run:
-    """Create the Run row (the one open run per ticket is enforced by a partial unique index)."""
-    require_actor(user, ticket.merchant_id, "start runs")
+    """Create the Run row (the one open run per ticket is enforced by a partial unique index).
+
+    ``user=None`` is the system starting it on the merchant's own setting (a customer's
+    message, ``agent.customer.route``): audited with no actor, ``detail`` saying why.
+    """
+    if user is not None:
+        require_actor(user, ticket.merchant_id, "start runs")
     name, model = provider or default_provider()
     if name == "anthropic":
         # A model we cannot cost is refused here, in one sentence, not inside the first step.
@@ -101,7 +107,12 @@ def run_create(
                 action="run.start",
                 run=run,
                 channel=channel,
-                detail={"ticket": ticket.reference, "provider": name, "model": model},
+                detail={
+                    "ticket": ticket.reference,
+                    "provider": name,
+                    "model": model,
+                    **(detail or {}),
+                },
             )
     except IntegrityError:
         open_run = Run.objects.filter(ticket=ticket, status__in=OPEN_STATUSES).first()
@@ -134,8 +145,11 @@ def run_start(
     user: Any,
     channel: str = Channel.CLI,
     provider: tuple[str, str] | None = None,
+    detail: dict[str, Any] | None = None,
 ) -> Run:
-    return run_enqueue(run_create(ticket=ticket, user=user, channel=channel, provider=provider))
+    return run_enqueue(
+        run_create(ticket=ticket, user=user, channel=channel, provider=provider, detail=detail)
+    )
 
 
 def next_seq(run_id: str) -> int:

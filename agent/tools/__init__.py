@@ -1,4 +1,4 @@
-"""The twelve tools, frozen at import. See ``registry.py`` for why."""
+"""The fifteen tools, frozen at import. See ``registry.py`` for why."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The tool registry: twelve tools, frozen at import.
+"""The tool registry: fifteen tools, frozen at import.
 
 Risk class is read from here and nowhere else: not from model output, not
 from arguments, not from results. ``ToolDef`` is a frozen dataclass and the

@@ -203,7 +203,8 @@ def _ended_short(merchant_id: int) -> QuerySet[Run]:
 def _waiting_on_provider(merchant_id: int) -> QuerySet[Run]:
     """Open runs sleeping out a rate limit or a retry-after (agent.run.turns records the wait)."""
     return Run.objects.filter(merchant_id=merchant_id, waiting_until__isnull=False).exclude(
-        status__in=TERMINAL_STATUSES
+        # A run waiting for its customer's answer (agent.customer) waits by design, not on a provider.
+        status__in=[*TERMINAL_STATUSES, RunStatus.AWAITING_CUSTOMER]
     )
 
 

@@ -282,7 +282,13 @@ def open_run_counts(*, merchant_id: int) -> dict[str, int]:
     rows = (
         Run.objects.filter(
             merchant_id=merchant_id,
-            status__in=["queued", "running", "awaiting_approval", "cancelling"],
+            status__in=[
+                "queued",
+                "running",
+                "awaiting_approval",
+                "awaiting_customer",
+                "cancelling",
+            ],
         )
         .values("status")
         .annotate(n=Count("id"))

@@ -113,6 +113,8 @@ def intent(name: str, args: Any, currency: str = "USD") -> str:
             f"refund {amount or 'an amount'} on order {_ref(a, 'order_reference')}"
         ),
         "send_customer_email": lambda: f"email the customer {_quote(a.get('subject', ''))}",
+        "reply_to_customer": lambda: f"reply to the customer on {_ref(a)}",
+        "ask_customer": lambda: f"ask the customer on {_ref(a)} and wait for the answer",
         "cancel_order": lambda: f"cancel order {_ref(a, 'order_reference')}",
         "tag_ticket": lambda: f"tag {_ref(a)} with {', '.join(map(str, a.get('tags') or []))}",
         "set_priority": lambda: f"set {_ref(a)}'s priority to {a.get('priority')}",
@@ -215,6 +217,8 @@ def _tool(step: Step, p: payloads.ToolPayload, currency: str) -> str:
         return f"Refunded {paid or 'the amount'} on order {_ref(args, 'order_reference')}{tail}"
     if name == "send_customer_email":
         return f"Emailed the customer {_quote(args.get('subject', ''))}"
+    if name == "reply_to_customer":
+        return f"Replied to the customer on {_ref(args)}"
     if name == "cancel_order":
         return f"Cancelled order {_ref(args, 'order_reference')}"
     if r.get("changed") is False:

@@ -25,7 +25,13 @@ import yaml
 from django.conf import settings
 from django.db import connections
 
-from deskhand.dbos.names import QUEUE_CHANNEL, RUN_WORKFLOW, STEER_TOPIC, approval_topic
+from deskhand.dbos.names import (
+    QUEUE_CHANNEL,
+    RUN_WORKFLOW,
+    STEER_TOPIC,
+    approval_topic,
+    customer_topic,
+)
 
 if TYPE_CHECKING:
     from dbos import DBOSClient
@@ -531,6 +537,12 @@ def send_decision(*, run_id: str, approval_id: str, decision: str) -> None:
         approval_topic(approval_id),
         idempotency_key=f"decision:{approval_id}",
     )
+
+
+def send_customer_message(*, run_id: str, ticket_id: int, key: str) -> None:
+    """Wake the run waiting on this ticket's customer; keyed (a stored message's pk, or a
+    passed window), so one message wakes it once however often it is sent."""
+    client().send(run_id, {"wake": key}, customer_topic(ticket_id), idempotency_key=key)
 
 
 def send_note(*, run_id: str, note_id: int) -> None:

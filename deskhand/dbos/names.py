@@ -49,6 +49,11 @@ def approval_topic(approval_id: uuid.UUID | str) -> str:
     return f"approval:{approval_id}"
 
 
+def customer_topic(ticket_id: int | str) -> str:
+    """The topic a run that asked the customer waits on for the ticket's next message."""
+    return f"customer:{ticket_id}"
+
+
 def limited_reply_topic(child_workflow_id: str) -> str:
     return f"{LIMITED_TOPIC}:{child_workflow_id}"
 

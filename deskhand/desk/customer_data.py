@@ -77,7 +77,8 @@ class CustomerRows:
                 in_reply_to="",
                 references="",
             )
-            self.emails().update(subject=marker, body=marker)
+            # The Message-ID goes too: a reply to it must not find the erased thread again.
+            self.emails().update(subject=marker, body=marker, message_id="")
             self.orders().update(cancel_reason=marker)
             self.refunds().update(reason=marker)
             for ticket in self.tickets().select_for_update():

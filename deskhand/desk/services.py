@@ -28,6 +28,7 @@ from django.db.models import QuerySet, Sum
 from django.db.models.functions import Coalesce
 from django.utils import timezone
 
+from deskhand.desk import thread
 from deskhand.desk.models import (
     Membership,
     Merchant,
@@ -236,6 +237,9 @@ def email_send(
     run_id: str | uuid.UUID | None,
     ledger_entry_id: int | None,
     message_id: str = "",
+    from_address: str = "",
+    in_reply_to: str = "",
+    references: str = "",
 ) -> OutboundEmail:
     """Send the ticket's customer an email: a row in the outbox and a line on the thread.
 
@@ -246,6 +250,7 @@ def email_send(
     points at the outbox row and carries the recipient and the Message-ID a reply threads by.
     """
     subject, body = email_check(subject=subject, body=body)
+    body = thread.signed(body, ticket.merchant.name)  # the merchant signs what it sends
     email = OutboundEmail.objects.create(
         merchant_id=ticket.merchant_id,
         customer_id=ticket.customer_id,
@@ -263,13 +268,74 @@ def email_send(
         direction=MessageDirection.OUTBOUND,
         subject=subject,
         body=f"Subject: {subject}\n\n{body}",
+        from_address=from_address[:320],
         to_address=ticket.customer.email,
         message_id=message_id,
+        in_reply_to=in_reply_to[:250],
+        references=references,
         email=email,
         run_id=run_id,
         sent_at=email.sent_at,
     )
     return email
+
+
+REPLY_BODY_CHARS = (10, 4000)
+
+
+def customer_reply_check(*, ticket: Ticket, body: str) -> str:
+    """The reply's body as the customer reads it (signed by the merchant), or why it cannot go.
+
+    At most ``Merchant.max_customer_messages_per_day`` messages go to a customer on one
+    ticket a day (the merchant's calendar): two bots answering each other stop there.
+    """
+    text = body.strip()
+    low, high = REPLY_BODY_CHARS
+    if not low <= len(text) <= high:
+        raise DomainError(f"a reply's body must be {low} to {high} characters")
+    merchant = ticket.merchant
+    sent_today = TicketMessage.objects.filter(
+        ticket=ticket,
+        direction=MessageDirection.OUTBOUND,
+        created_at__gte=merchant_day_start(merchant),
+    ).count()
+    if sent_today >= merchant.max_customer_messages_per_day:
+        raise DomainError(
+            f"{ticket.reference}'s customer was already sent {sent_today} messages today, "
+            f"{merchant.name}'s daily limit per ticket; nothing was sent"
+        )
+    return thread.signed(text, merchant.name)
+
+
+def customer_reply_send(
+    *,
+    ticket: Ticket,
+    body: str,
+    run_id: str | uuid.UUID | None,
+    ledger_entry_id: int | None,
+    message_id: str,
+    headers: thread.ReplyHeaders | None = None,
+) -> OutboundEmail:
+    """Record a reply to the ticket's customer on its thread: threaded, from the merchant, signed.
+
+    ``headers`` are the ones the reply left with (a mail server); without them they are
+    worked out now. The thread line carries the Message-ID the customer's answer threads by.
+    """
+    # The daily cap was checked before it left (``customer_reply_check``); the record of a
+    # reply that left is never refused.
+    signed_body = thread.signed(body, ticket.merchant.name)
+    h = headers or thread.reply_headers(ticket)
+    return email_send(
+        ticket=ticket,
+        subject=h.subject[:SUBJECT_MAX_CHARS],
+        body=signed_body,
+        run_id=run_id,
+        ledger_entry_id=ledger_entry_id,
+        message_id=message_id,
+        from_address=h.from_address,
+        in_reply_to=h.in_reply_to,
+        references=h.references,
+    )
 
 
 def email_check(*, subject: str, body: str) -> tuple[str, str]:

@@ -18,12 +18,15 @@ customer with a new ticket, and nothing erased comes back.
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
+import hashlib
 import re
 
 from django.db import transaction
 from django.db.models import BigIntegerField, Max
 from django.db.models.functions import Cast, Lower, Substr
+from django.dispatch import Signal
 from django.utils.crypto import constant_time_compare, salted_hmac
 
 from deskhand.desk.models import (
@@ -38,6 +41,13 @@ from deskhand.desk.models import (
 )
 
 SUBJECT_MAX_CHARS = 300  # Ticket.subject's width.
+
+customer_wrote = Signal()
+"""Sent once a customer's new line on a thread is committed (``message_id``: its pk).
+
+The desk cannot know what runs do (they sit above it); the agent connects
+``agent.customer.route.customer_message_route`` here, so a message from any channel
+(mail, the API) wakes the run waiting for it or opens one as the merchant allows."""
 _TOKEN_SALT = "deskhand.desk.thread.reply_token"
 _SUBJECT_REF = re.compile(r"\[#\s*([A-Za-z][A-Za-z0-9]{0,7}-[0-9]{1,9})\s*\]")
 _MESSAGE_ID = re.compile(r"<[^<>\s]{1,246}>")
@@ -250,8 +260,95 @@ def thread_customer_message_add(
         sent_at=sent_at,
         received_at=received_at,
     )
+    # Once committed, whatever a customer's message does to runs happens (the agent's
+    # ``customer_message_route`` listens): the same for every channel that adds one here.
+    transaction.on_commit(lambda: customer_wrote.send(sender=TicketMessage, message_id=message.pk))
     if not automated and ticket.status == TicketStatus.RESOLVED:
         Ticket.objects.filter(pk=ticket.pk).update(
             status=TicketStatus.OPEN, updated_at=message.created_at
         )
     return message
+
+
+# --- replies to the customer ---------------------------------------------------------
+
+REFERENCES_KEPT = 20  # a long thread's References keeps its root and its newest ids
+
+
+@dataclasses.dataclass(frozen=True)
+class ReplyHeaders:
+    """How a reply to a ticket's customer is addressed and threaded (RFC 5322 §3.6.4).
+
+    ``from_address`` is the merchant's support address the customer wrote to (else its
+    primary one; empty when the merchant has none, and the mail server's default From is
+    used); ``reply_to`` carries the ticket's reply token, so an answer finds the ticket even
+    from a client that drops the headers.
+    """
+
+    from_name: str
+    from_address: str
+    reply_to: str
+    subject: str
+    in_reply_to: str
+    references: str
+
+
+def last_customer_message(ticket: Ticket) -> TicketMessage | None:
+    """The customer's newest line on the thread (written by a person, not an auto-reply)."""
+    return (
+        TicketMessage.objects.filter(ticket=ticket, kind=MessageKind.CUSTOMER, automated="")
+        .order_by("-created_at", "-id")
+        .first()
+    )
+
+
+def merchant_support_address(ticket: Ticket, written_to: str = "") -> str:
+    """The support address a reply on this ticket comes from (see ``ReplyHeaders``)."""
+    addresses = list(
+        SupportAddress.objects.filter(merchant_id=ticket.merchant_id).order_by("-primary", "pk")
+    )
+    base, _ = address_parts(written_to) if written_to else ("", "")
+    for a in addresses:
+        if a.address.lower() == base:
+            return a.address
+    return addresses[0].address if addresses else ""
+
+
+def reply_headers(ticket: Ticket) -> ReplyHeaders:
+    """``In-Reply-To`` the customer's last message, ``References`` its chain plus its id."""
+    last = last_customer_message(ticket)
+    support = merchant_support_address(ticket, last.to_address if last else "")
+    chain: list[str] = []
+    if last is not None and last.message_id:
+        chain = [*_MESSAGE_ID.findall(last.references or ""), last.message_id]
+        if len(chain) > REFERENCES_KEPT:
+            chain = chain[:1] + chain[-(REFERENCES_KEPT - 1) :]
+    subject = (last.subject if last and last.subject else "") or ticket.subject
+    if not re.match(r"(?i)^\s*re\s*:", subject):
+        subject = f"Re: {subject}"
+    tag = f"[#{ticket.reference}]"
+    if tag.lower() not in subject.lower():
+        subject = f"{subject} {tag}"
+    return ReplyHeaders(
+        from_name=ticket.merchant.name,
+        from_address=support,
+        reply_to=reply_address(ticket, support) if support else "",
+        subject=" ".join(subject.split())[:SUBJECT_MAX_CHARS],
+        in_reply_to=last.message_id if last is not None else "",
+        references=" ".join(chain),
+    )
+
+
+def signed(body: str, merchant_name: str) -> str:
+    """The reply's text as the customer reads it: the merchant signs it, once."""
+    body = body.strip()
+    if body.splitlines() and body.splitlines()[-1].strip() == merchant_name:
+        return body
+    return f"{body}\n\n{merchant_name}"
+
+
+def outbound_message_id(seed: str, from_address: str) -> str:
+    """A ``Message-ID`` for a message we send, stable for ``seed`` (a ledger claim), on the
+    domain it is sent from: every copy of one reply carries the same id."""
+    domain = from_address.rpartition("@")[2] or "deskhand.invalid"
+    return f"<{hashlib.sha256(seed.encode()).hexdigest()[:32]}.deskhand@{domain}>"

@@ -255,7 +255,9 @@ def test_an_email_approved_with_an_edited_body_goes_to_the_same_customer_with_th
     run = wait_terminal(str(run.id))
     assert run.status == "succeeded", run.summary
     [sent] = OutboundEmail.objects.filter(run=run)
-    assert sent.body == "We are sorry the beans were stale; a refund for that bag is on its way."
+    assert sent.body == (  # as the person edited it, signed by the merchant
+        "We are sorry the beans were stale; a refund for that bag is on its way.\n\nNorthwind Coffee"
+    )
     assert sent.customer_id == run.ticket.customer_id
     approval.refresh_from_db()
     assert approval.changed and approval.approved_arguments["reference"] == "NW-1"

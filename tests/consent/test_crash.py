@@ -43,10 +43,12 @@ def test_a_decision_that_arrives_while_no_worker_runs_executes_exactly_once(work
 
     assert run.status == "succeeded", run.summary
     assert Refund.objects.get().amount_cents == 3800
-    assert LedgerEntry.objects.get().approval_id == approval.pk
+    assert LedgerEntry.objects.get(tool="issue_refund").approval_id == approval.pk
     effect = Step.objects.get(run=run, kind="tool", tool="issue_refund")
     assert (effect.attempts, effect.replayed) == (1, False)  # executed once, not re-executed
-    resumed = Step.objects.get(run=run, kind="approval", result__event="approved")
+    resumed = Step.objects.get(
+        run=run, kind="approval", tool="issue_refund", result__event="approved"
+    )
     assert resumed.result["decided_by"] == "owner@northwind.test"
     assert run.waited_seconds >= 1  # the wait, including the outage, is handed back to the deadline
     assert run.finished_at > killed_for

@@ -78,7 +78,9 @@ def test_a_pending_approval_escalates_once_after_four_simulated_hours(dbos_execu
     decide(run, "owner@northwind.test")
     run = wait_terminal(str(run.id))
     assert run.status == "succeeded", run.summary
-    resumed = Step.objects.get(run=run, kind="approval", result__event="approved")
+    resumed = Step.objects.get(
+        run=run, kind="approval", tool="issue_refund", result__event="approved"
+    )
     assert resumed.result["escalated_at"] == approval.escalated_at.isoformat()
 
 

@@ -107,5 +107,5 @@ def test_the_summary_of_a_denied_refund_never_says_refunded(dbos_executor):
     )  # no claim of an amount paid
     assert "Declined by a person: Refund 38.00 USD against order NW-1042" in run.summary
     assert Refund.objects.count() == 0
-    # The model adapted instead of asking again for the same thing.
-    assert Approval.objects.filter(run=run).count() == 1
+    # The model adapted instead of asking again for the same thing (then told the customer).
+    assert Approval.objects.filter(run=run, tool="issue_refund").count() == 1

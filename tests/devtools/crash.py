@@ -88,7 +88,7 @@ CASES = {
         "policy",
         (APPROVE,),
         (("NW-1042", 3800),),
-        0,
+        1,  # the reply that tells Dana what was refunded
         "resolved",
     ),
     "nw3": Case(
@@ -108,7 +108,7 @@ CASES = {
         "policy",
         (APPROVE,),
         (("NW-1042", 3800),),
-        0,
+        1,  # the reply that tells Dana what was refunded
         "resolved",
         refund_adapter="payments",
     ),

@@ -76,8 +76,12 @@ def test_tickets_that_need_no_money_move_none(dbos_executor, ref, ticket_status)
         str(start(ref, "owner@northwind.test" if ref.startswith("NW") else "owner@lumen.test").id)
     )
     assert run.status == "succeeded", run.summary
-    assert Approval.objects.filter(run=run).count() == 0
-    assert Refund.objects.count() == 0 and OutboundEmail.objects.count() == 0
+    # The one approval is the reply to the customer, approved by the owner's rule (the seed's).
+    assert [(a.tool, a.channel) for a in Approval.objects.filter(run=run)] == [
+        ("reply_to_customer", "policy")
+    ]
+    assert Refund.objects.count() == 0
+    assert [e.ticket.reference for e in OutboundEmail.objects.all()] == [ref]
     assert Ticket.objects.get(reference=ref).status == ticket_status
     assert "No money moved" in run.summary
     assert_accounting_matches(run)
@@ -115,7 +119,8 @@ def test_changed_facts_change_the_decision_delivered_forty_days_ago_escalates(db
     )
     run = wait_terminal(str(start("NW-1", "owner@northwind.test").id))
     assert run.status == "succeeded"
-    assert Approval.objects.filter(run=run).count() == 0
+    assert [a.tool for a in Approval.objects.filter(run=run)] == ["reply_to_customer"]
+    assert Refund.objects.count() == 0
     assert Ticket.objects.get(reference="NW-1").status == "escalated"
 
 

@@ -144,10 +144,16 @@ def test_a_run_parked_on_the_previous_step_sequence_finishes_after_the_upgrade(
     assert [(r.amount_cents, str(r.run_id)) for r in refunds] == [(3800, run_id)]
     assert Refund.objects.count() == 1
     ledger = list(LedgerEntry.objects.filter(run_id=run_id))
-    assert [(e.tool, e.approval_id, e.ok) for e in ledger] == [("issue_refund", approval.pk, True)]
+    # After the refund, today's provider replies to the customer (approved by the owner's rule):
+    # steps after the recorded history, so the recorded sequence replays unchanged.
+    assert [(e.tool, e.approval_id, e.ok) for e in ledger][:1] == [
+        ("issue_refund", approval.pk, True)
+    ]
+    assert [e.tool for e in ledger[1:]] == ["reply_to_customer"]
     assert refunds[0].ledger_entry_id == ledger[0].pk
     assert "Refunded 38.00 USD against NW-1042" in run.summary
-    assert AuditEvent.objects.filter(run=run, action="approval.approve").count() == 1
+    approvals = AuditEvent.objects.filter(run=run, action="approval.approve")
+    assert sorted(str(e.actor) for e in approvals) == ["None", "owner@northwind.test"]  # + the rule
 
     # The recorded checkpoints were replayed, not re-executed: each is still there, unchanged,
     # and the model was asked only for turns after them, handed the recorded conversation.

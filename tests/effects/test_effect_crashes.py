@@ -34,7 +34,7 @@ def test_a_worker_killed_after_the_provider_refunded_and_before_the_record_pays_
     assert worker.wait_exit(60) == -9
     # The provider made the refund; this database only holds the claim.
     assert len(api.refunds) == 1
-    entry = LedgerEntry.objects.get()
+    entry = LedgerEntry.objects.get(tool="issue_refund")
     assert entry.state == "pending" and Refund.objects.get().status == "pending"
 
     worker.start(faults="")
@@ -63,14 +63,14 @@ def test_a_worker_killed_after_the_claim_and_before_the_call_pays_once(
     wait_parked(str(run.id))
     decide(run, OWNER)
     assert worker.wait_exit(60) == -9
-    assert api.refunds == [] and LedgerEntry.objects.get().state == "pending"
+    assert api.refunds == [] and LedgerEntry.objects.get(tool="issue_refund").state == "pending"
 
     worker.start(faults="")
     run = wait_terminal(str(run.id))
 
     assert run.status == "succeeded", run.summary
     assert len(api.refunds) == 1 and Refund.objects.get().status == "succeeded"
-    assert LedgerEntry.objects.get().state == "done"
+    assert LedgerEntry.objects.get(tool="issue_refund").state == "done"
 
 
 def drive(worker, run, email: str, timeout: float = 120) -> None:

@@ -52,7 +52,7 @@ def test_a_run_parked_before_the_upgrade_refunds_at_the_provider_once(
 
     assert (run.status, run.stop_reason) == ("succeeded", "end_turn"), run.summary
     [made] = payments.refunds
-    entry = LedgerEntry.objects.get(run_id=run_id)
+    entry = LedgerEntry.objects.get(run_id=run_id, tool="issue_refund")
     assert (entry.adapter, entry.state, entry.provider_ref) == ("payments", "done", made["id"])
     assert made["metadata"]["deskhand_ledger_key"] == entry.key and made["amount"] == 3800
     assert Refund.objects.get().provider_refund_id == made["id"]

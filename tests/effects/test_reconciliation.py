@@ -70,7 +70,7 @@ def test_a_refund_made_behind_the_ledgers_back_is_found_and_shown_never_fixed(
     assert EffectFinding.objects.count() == 1
     # Never "fixed": no refund row invented, nothing voided at the provider.
     assert Refund.objects.count() == 1 and len(api.refunds) == 2
-    assert LedgerEntry.objects.count() == 1
+    assert LedgerEntry.objects.filter(tool="issue_refund").count() == 1
 
     summary = findings_summary()
     assert summary["ok"] is False and summary["open"] == 1
@@ -99,7 +99,7 @@ def test_a_ledger_entry_the_provider_does_not_know_and_an_amount_that_differs_ar
     api = northwind_pays_at_the_provider
     clear_of_its_firing(RECONCILIATION_SCHEDULE, need_s=60)  # the 5-minute pass must not come first
     paid_refund()
-    entry = LedgerEntry.objects.get()
+    entry = LedgerEntry.objects.get(tool="issue_refund")
     api.refunds[0]["amount"] = 3700  # the provider's record of it says otherwise
 
     counts = reconcile_merchant(entry.merchant_id, now=timezone.now())

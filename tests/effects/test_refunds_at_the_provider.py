@@ -42,7 +42,7 @@ def test_a_refund_is_made_at_the_provider_under_the_ledger_key(
     run = refund_run()
 
     assert run.status == "succeeded", run.summary
-    entry = LedgerEntry.objects.get()
+    entry = LedgerEntry.objects.get(tool="issue_refund")
     assert (entry.state, entry.ok, entry.adapter, entry.provider_calls) == (
         "done",
         True,
@@ -80,7 +80,7 @@ def test_a_lost_response_is_retried_under_the_same_key_and_pays_once(
     posts = [r for r in api.requests if r.method == "POST"]
     assert len(posts) == 2 and posts[1].replayed
     assert len({p.headers["Idempotency-Key"] for p in posts}) == 1
-    entry = LedgerEntry.objects.get()
+    entry = LedgerEntry.objects.get(tool="issue_refund")
     assert (entry.state, entry.provider_calls) == ("done", 2)
     assert Refund.objects.get().provider_refund_id == api.refunds[0]["id"]
 
@@ -96,7 +96,7 @@ def test_rate_limits_and_server_errors_are_retried_inside_the_step(
     assert run.status == "succeeded", run.summary
     assert [r.status for r in api.requests if r.method == "POST"] == [429, 500, 200]
     assert len(api.refunds) == 1
-    assert LedgerEntry.objects.get().provider_calls == 3
+    assert LedgerEntry.objects.get(tool="issue_refund").provider_calls == 3
     assert Step.objects.get(run=run, kind="tool", tool="issue_refund").attempts == 1
 
 
@@ -133,7 +133,7 @@ def test_a_decline_is_told_to_the_model_consumes_the_approval_and_moves_no_money
 
     assert run.status == "succeeded", run.summary
     assert api.refunds == [] and Refund.objects.count() == 0
-    entry = LedgerEntry.objects.get()
+    entry = LedgerEntry.objects.get(tool="issue_refund")
     assert (entry.state, entry.ok) == ("failed", False)
     step = Step.objects.get(run=run, kind="tool", tool="issue_refund")
     assert not step.ok
@@ -143,7 +143,7 @@ def test_a_decline_is_told_to_the_model_consumes_the_approval_and_moves_no_money
     told = [b for b in tool_results(model_inputs[-1]) if "charge_disputed" in str(b["content"])]
     assert told and told[0]["is_error"] is True
     # The approval is used up: it is approved, and its one ledger entry says failed.
-    approval = Approval.objects.get(run=run)
+    approval = Approval.objects.get(run=run, tool="issue_refund")
     assert approval.status == "approved" and list(approval.ledger_entries.all()) == [entry]
     assert "No money moved" in run.summary
     assert "Approved but not done: Refund 38.00 USD against order NW-1042" in run.summary
@@ -162,7 +162,7 @@ def test_a_provider_down_for_the_whole_budget_leaves_the_claim_in_flight_until_r
     step = Step.objects.get(run=run, kind="tool", tool="issue_refund")
     assert not step.ok and "has not confirmed" in step.result["text"]
     assert step.result["effect_state"] == "pending"
-    entry = LedgerEntry.objects.get()
+    entry = LedgerEntry.objects.get(tool="issue_refund")
     assert entry.state == "pending" and Refund.objects.get().status == "pending"
     assert "In flight, not yet confirmed by payments" in run.summary
     assert "No money moved" not in run.summary  # it might have
@@ -196,9 +196,9 @@ def test_a_cancel_while_the_provider_is_answering_reports_the_refund_truthfully(
         time.sleep(0.05)
 
     run = run_cancel(run=run, user=user(OWNER))  # the claim committed; the call is in flight
-    entry = LedgerEntry.objects.get()
+    entry = LedgerEntry.objects.get(tool="issue_refund")
     end = time.monotonic() + 30
-    while LedgerEntry.objects.get().state == "pending":
+    while LedgerEntry.objects.get(tool="issue_refund").state == "pending":
         assert time.monotonic() < end, "the in-flight call was never recorded"
         time.sleep(0.1)
     run.refresh_from_db()
@@ -239,7 +239,7 @@ def test_a_refund_a_person_narrowed_is_made_at_the_provider_for_the_approved_amo
     assert run.status == "succeeded", run.summary
     [made] = api.refunds
     assert made["amount"] == 2000
-    entry = LedgerEntry.objects.get()
+    entry = LedgerEntry.objects.get(tool="issue_refund")
     approval.refresh_from_db()
     assert entry.arguments["amount_cents"] == 2000 and entry.args_hash == approval.approved_hash
     [post] = [r for r in api.requests if r.method == "POST"]

@@ -32,6 +32,9 @@ def test_the_step_names_a_run_records_are_the_pinned_ones():
         "gate.read",
         "gate.resume",
         "clock",
+        "customer.park",
+        "customer.read",
+        "customer.resume",
         "run.finish",
         "run.fail",
         "bounds.check",
@@ -44,6 +47,7 @@ def test_the_step_names_a_run_records_are_the_pinned_ones():
         "model",
         "gate.read",
         "ledger.lookup",
+        "customer.read",
     }
 
 
@@ -72,6 +76,7 @@ def test_the_workflow_schedule_topic_and_queue_names_are_the_pinned_ones():
         names.RETENTION_SCHEDULE,
     ) == ("approvals-escalation", "effects-reconciliation", "privacy-retention")
     assert names.approval_topic("0b8a") == "approval:0b8a"
+    assert names.customer_topic(12) == "customer:12"
     assert names.STEER_TOPIC == "steer"
     assert names.limited_reply_topic("run-7") == "limited-reply:run-7"
     assert names.model_queue_name("anthropic") == "model-anthropic"

@@ -15,10 +15,16 @@ from agent.run import faults
 from agent.run.faults import Fault, InjectedCrash, ModelUnavailable, injecting
 from agent.tools import REGISTRY, Risk, ToolError
 
-IRREVERSIBLE = {"issue_refund", "send_customer_email", "cancel_order"}
+IRREVERSIBLE = {
+    "issue_refund",
+    "send_customer_email",
+    "reply_to_customer",
+    "ask_customer",
+    "cancel_order",
+}
 
 
-def test_only_the_three_money_and_mail_tools_are_irreversible() -> None:
+def test_only_the_money_order_and_customer_mail_tools_are_irreversible() -> None:
     assert {n for n, t in REGISTRY.items() if t.risk is Risk.IRREVERSIBLE} == IRREVERSIBLE
 
 

@@ -11,6 +11,7 @@ import urllib.request
 
 import pytest
 
+from agent.models import Run
 from deskhand.desk.models import Ticket, TicketMessage
 from deskhand.mail.intake import inbound_received
 from deskhand.mail.models import InboundEmail, InboundStatus
@@ -154,3 +155,5 @@ def test_over_http_the_same_webhook_delivered_five_times_at_once_is_one_message(
     assert row.status == InboundStatus.THREADED
     assert TicketMessage.objects.filter(message_id="<five-times@mail.example.org>").count() == 1
     assert Ticket.objects.filter(customer__email="sam@example.org").count() == 1
+    # Northwind opens a run on every customer message (the seed): one message, one run.
+    assert Run.objects.filter(ticket__customer__email="sam@example.org").count() == 1

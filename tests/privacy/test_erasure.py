@@ -20,7 +20,14 @@ from agent.privacy.models import Redaction
 from agent.run.steering import run_steer
 from approvals.models import Approval, AuditEvent
 from deskhand.dbos import client as dbos_client
-from deskhand.desk.models import Customer, Order, OutboundEmail, Refund, TicketMessage
+from deskhand.desk.models import (
+    Customer,
+    Merchant,
+    Order,
+    OutboundEmail,
+    Refund,
+    TicketMessage,
+)
 from deskhand.mail.intake import inbound_received
 from deskhand.mail.models import InboundAttachment, InboundEmail
 from deskhand.mail.parse import Verdicts
@@ -58,6 +65,9 @@ def work_nw1_to_a_refund() -> Run:
 
 def dana_writes_in() -> list[bytes]:
     """Dana's mail: a reply on NW-1 with an attachment, and one held (it failed DMARC)."""
+    # A person starts runs here: an automatic run on her reply would still be in flight when
+    # she is erased (tests/customer/test_erasure.py erases a customer who wrote to the agent).
+    Merchant.objects.filter(slug="northwind").update(auto_runs="off")
     nw1_first = TicketMessage.objects.get(ticket__reference="NW-1", kind="customer").message_id
     sender = "Dana Whitfield <dana.whitfield@example.com>"
     reply = mail(

@@ -113,7 +113,7 @@ def test_past_its_retention_a_run_is_redacted_its_dbos_history_deleted_and_its_l
     assert where_found(["Whitfield"], schemas=("dbos",)) == []
     assert ledger() == before
     assert sorted(Refund.objects.values_list("amount_cents", flat=True)) == [3800, 17900]
-    assert Approval.objects.get(run=nw1).arguments["amount_cents"] == 3800
+    assert Approval.objects.get(run=nw1, tool="issue_refund").arguments["amount_cents"] == 3800
     assert list(Step.objects.filter(run=lu2).values_list("seq", "result")) == lumen_steps
 
     # Replay and fork refuse in one sentence; the run page says what was redacted and when.

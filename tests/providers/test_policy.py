@@ -285,10 +285,15 @@ def test_the_obedient_double_is_the_policy_when_nothing_instructs_it() -> None:
 def test_everything_it_writes_says_where_it_came_from(reference: str) -> None:
     t = drive(PolicyProvider(), World(), reference)
 
-    written = [t.final]
-    for _, args in t.calls:
-        written += [args[k] for k in ("body", "subject", "reason") if k in args]
+    # What staff read (notes, reasons, the summary) names the scripted provider; what the
+    # customer reads (an email, a reply, a question) never carries an internal marker.
+    customer_tools = ("send_customer_email", "reply_to_customer", "ask_customer")
+    written, told = [t.final], []
+    for name, args in t.calls:
+        texts = [args[k] for k in ("body", "subject", "reason", "question") if k in args]
+        (told if name in customer_tools else written).extend(texts)
     assert written and all(text.startswith(MARK) for text in written)
+    assert all(MARK not in text and "scripted" not in text for text in told)
 
 
 @pytest.mark.parametrize("reference", ["NW-1", "NW-4", "LU-2"])

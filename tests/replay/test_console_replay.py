@@ -44,6 +44,9 @@ def fork_url(run: Run, seq: int | str) -> str:
 
 
 def seq_of(run: Run, **filters: object) -> int:
+    # The refund's gate, not the reply's that follows it (approved by the owner's rule).
+    if filters.get("kind") == "approval":
+        filters.setdefault("tool", "issue_refund")
     return Step.objects.get(run=run, **filters).seq
 
 
@@ -137,7 +140,9 @@ def test_fork_from_here_lists_the_irreversible_steps_creates_the_fork_and_links_
     confirm = owner.get(fork_url(refunded, asked))
     assert confirm.status_code == 200
     listed = [s.seq for s in confirm.context["irreversible"]]
-    assert listed == [requested, paid]
+    # The refund's gate and effect, then the reply to the customer's (approved by the owner's rule).
+    assert listed[:2] == [requested, paid]
+    assert {s.tool for s in confirm.context["irreversible"][2:]} == {"reply_to_customer"}
     html = confirm.content.decode()
     assert f"#{paid}</span> issue_refund performed" in html
     assert 'method="post"' in html

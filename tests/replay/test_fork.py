@@ -42,6 +42,9 @@ def fork(run: Run, n: int) -> Run:
 
 
 def seq_of(run: Run, **filters: object) -> int:
+    # The refund's gate, not the reply's that follows it (approved by the owner's rule).
+    if filters.get("kind") == "approval":
+        filters.setdefault("tool", "issue_refund")
     return Step.objects.get(run=run, **filters).seq
 
 
@@ -93,7 +96,9 @@ def test_forks_never_pay_twice_and_a_different_amount_under_the_same_call_is_ref
     assert "No money moved" in effects_summary(str(again.id))
     _, listing = replay_cmd(str(again.id))
     ledger_lines = [
-        ln for ln in listing.splitlines() if " ledger " in ln and "answered from the ledger" in ln
+        ln
+        for ln in listing.splitlines()
+        if " ledger " in ln and "answered from the ledger" in ln and "issue_refund" in ln
     ]
     assert len(ledger_lines) == 1 and "Refunded 38.00 USD" in ledger_lines[0]
     fork_model_steps = list(again.step_log.filter(kind="model").order_by("seq"))
@@ -149,7 +154,7 @@ def test_forks_never_pay_twice_and_a_different_amount_under_the_same_call_is_ref
     assert "Declined by a person: Refund 10.00 USD" in greedy.summary
 
     assert [r.amount_cents for r in Refund.objects.all()] == [3800]
-    assert LedgerEntry.objects.count() == 1
+    assert LedgerEntry.objects.filter(tool="issue_refund").count() == 1
     assert (Approval.objects.count(), OutboundEmail.objects.count()) == (approvals + 1, emails)
     assert_every_effect_was_approved()
 

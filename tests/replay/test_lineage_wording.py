@@ -71,6 +71,8 @@ def test_the_registry_says_once_which_fields_identify_an_effect_and_which_are_it
     assert declared == {
         "issue_refund": (("order_reference", "amount_cents"), (), ("amount_cents",)),
         "send_customer_email": (("reference",), ("body",), ("body",)),
+        "reply_to_customer": (("reference",), ("body",), ("body",)),
+        "ask_customer": (("reference",), ("question",), ("question",)),
         "cancel_order": (("order_reference",), (), ()),
     }
 

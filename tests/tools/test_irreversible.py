@@ -158,7 +158,11 @@ def test_email_lands_on_the_thread_and_in_the_outbox(seeded):
     )
     assert email.ledger_entry.key == f"{run.id}:call-1"
     thread = TicketMessage.objects.filter(ticket__reference="NW-1", kind=MessageKind.AGENT).get()
-    assert thread.body == "Subject: Your refund\n\nWe refunded 38.00 USD for the stale beans."
+    # The merchant signs what it sends.
+    assert (
+        thread.body
+        == "Subject: Your refund\n\nWe refunded 38.00 USD for the stale beans.\n\nNorthwind Coffee"
+    )
     assert thread.run_id == run.id
 
 

@@ -29,6 +29,8 @@ EXPECTED = {
     "add_internal_note": Risk.REVERSIBLE,
     "issue_refund": Risk.IRREVERSIBLE,
     "send_customer_email": Risk.IRREVERSIBLE,
+    "reply_to_customer": Risk.IRREVERSIBLE,
+    "ask_customer": Risk.IRREVERSIBLE,
     "cancel_order": Risk.IRREVERSIBLE,
 }
 
@@ -94,10 +96,12 @@ def test_the_registry_refuses_a_schema_strict_mode_would_reject():
         build_registry([unpreviewed])
 
 
-def test_irreversible_tools_are_exactly_the_three_that_touch_the_world():
+def test_irreversible_tools_are_exactly_those_that_touch_the_world():
     assert {n for n, t in REGISTRY.items() if t.risk is Risk.IRREVERSIBLE} == {
         "issue_refund",
         "send_customer_email",
+        "reply_to_customer",
+        "ask_customer",
         "cancel_order",
     }
     assert all(t.preview is not None for t in REGISTRY.values() if t.risk is Risk.IRREVERSIBLE)

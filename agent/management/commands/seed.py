@@ -97,6 +97,8 @@ class MerchantSpec:
     support_address: str = ""
     ticket_prefix: str = ""
     auto_runs: str = AutoRuns.OFF
+    # Replies a day the owner's approval policy approves (0: every reply waits for a person).
+    reply_rule: int = 0
 
 
 NORTHWIND = MerchantSpec(
@@ -106,6 +108,7 @@ NORTHWIND = MerchantSpec(
     support_address="support@northwind.test",
     ticket_prefix="NW",
     auto_runs=AutoRuns.EVERY_MESSAGE,
+    reply_rule=200,
     people=(
         ("owner@northwind.test", Role.OWNER),
         ("agent@northwind.test", Role.AGENT),
@@ -238,6 +241,7 @@ LUMEN = MerchantSpec(
     support_address="help@lumen.test",
     ticket_prefix="LU",
     auto_runs=AutoRuns.NEW_TICKETS,
+    reply_rule=200,
     people=(
         ("owner@lumen.test", Role.OWNER),
         ("agent@lumen.test", Role.AGENT),
@@ -452,6 +456,21 @@ def _seed_merchant(spec: MerchantSpec, now: dt.datetime) -> None:
         SupportAddress.objects.create(merchant=merchant, address=spec.support_address, primary=True)
     for email, role in spec.people:
         Membership.objects.create(user=_user(email), merchant=merchant, role=role)
+    if spec.reply_rule:
+        # The owner's approval policy, version 1: replies to customers on their threads are
+        # approved by this rule (the daily cap per ticket still holds); refunds, cancellations
+        # and free-form emails wait for a person (agent.consent.policy).
+        owner = next(e for e, r in spec.people if r == Role.OWNER)
+        ApprovalPolicy.objects.create(
+            merchant=merchant,
+            version=1,
+            rules=[
+                {"tool": tool, "max_per_day": spec.reply_rule}
+                for tool in ("reply_to_customer", "ask_customer")
+            ],
+            created_by=_user(owner),
+            created_by_name=owner,
+        )
     KbArticle.objects.bulk_create(
         [KbArticle(merchant=merchant, slug=s, title=t, body=b) for s, t, b in spec.kb]
     )

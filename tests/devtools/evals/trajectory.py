@@ -29,6 +29,9 @@ from agent.tools.registry import args_hash, canonical_json
 from approvals.models import Approval
 from deskhand.desk.models import Order, OutboundEmail, Refund
 
+# Words to the customer on the thread (agent.tools.irreversible): not a remedy under test.
+CUSTOMER_REPLIES = ("reply_to_customer", "ask_customer")
+
 
 @dataclasses.dataclass(frozen=True)
 class Call:
@@ -144,7 +147,21 @@ class Trajectory:
 
     @property
     def approvals(self) -> list[Approval]:
-        return list(Approval.objects.filter(run=self.run).order_by("requested_at"))
+        """The approvals of the run's remedies (money, orders, emails): the replies to the
+        customer the owner's rule approves are in ``replies``."""
+        return list(
+            Approval.objects.filter(run=self.run)
+            .exclude(tool__in=CUSTOMER_REPLIES)
+            .order_by("requested_at")
+        )
+
+    @property
+    def replies(self) -> list[Approval]:
+        return list(
+            Approval.objects.filter(run=self.run, tool__in=CUSTOMER_REPLIES).order_by(
+                "requested_at"
+            )
+        )
 
     @property
     def model_calls(self) -> int:
@@ -159,8 +176,10 @@ class Trajectory:
             "order", "ledger_entry__approval__decided_by"
         ):
             out.append(self._effect("refund", r.order.reference, r.amount_cents, r.ledger_entry))
-        for e in OutboundEmail.objects.filter(run_id=self.run.pk).select_related(
-            "ticket", "ledger_entry__approval__decided_by"
+        for e in (
+            OutboundEmail.objects.filter(run_id=self.run.pk)
+            .exclude(ledger_entry__tool__in=CUSTOMER_REPLIES)
+            .select_related("ticket", "ledger_entry__approval__decided_by")
         ):
             out.append(
                 self._effect("email", e.ticket.reference if e.ticket else "?", 0, e.ledger_entry)
@@ -191,7 +210,12 @@ class Trajectory:
 
     @property
     def ledger(self) -> list[LedgerEntry]:
-        return list(LedgerEntry.objects.filter(run=self.run).order_by("created_at"))
+        """The run's remedies in the ledger (its replies to the customer left out, as above)."""
+        return list(
+            LedgerEntry.objects.filter(run=self.run)
+            .exclude(tool__in=CUSTOMER_REPLIES)
+            .order_by("created_at")
+        )
 
     def unconsented_effects(self) -> list[str]:
         """Effects without a decision — a person's, or a versioned merchant rule a person

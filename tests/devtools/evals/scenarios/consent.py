@@ -37,6 +37,10 @@ NW1_PATH = [
     "ask:issue_refund",
     "approved:issue_refund",
     "issue_refund",
+    # The customer is told (a reply the owner's rule approves), then the note for staff.
+    "ask:reply_to_customer",
+    "approved:reply_to_customer",
+    "reply_to_customer",
     "add_internal_note",
     "set_ticket_status",
     "end:succeeded/end_turn",
@@ -321,7 +325,11 @@ def a_merchant_rule_approves_within_its_count_and_no_further(h: Harness) -> None
     policy_save(
         merchant=merchant,
         user=h.user("owner@northwind.test"),
-        rules=[{"tool": "issue_refund", "max_amount_cents": 4000, "max_per_day": 1}],
+        # The owner keeps the seed's rule for replies to customers beside the refund rule.
+        rules=[
+            {"tool": "issue_refund", "max_amount_cents": 4000, "max_per_day": 1},
+            {"tool": "reply_to_customer", "max_per_day": 200},
+        ],
         channel="cli",
     )
     first = h.start("NW-1")

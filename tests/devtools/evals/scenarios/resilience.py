@@ -12,6 +12,9 @@ NW2_PATH = [
     "get_ticket",
     "get_order",
     "search_kb",
+    "ask:reply_to_customer",
+    "approved:reply_to_customer",
+    "reply_to_customer",
     "add_internal_note",
     "set_ticket_status",
     "end:succeeded/end_turn",
@@ -97,7 +100,7 @@ def a_handler_bug_leaves_nothing_behind(h: Harness) -> None:
         t = h.drive(h.start("NW-1"), APPROVE)
     expect_eq((t.status, t.stop_reason), ("failed", "error"), "terminal state")
     expect_eq(Refund.objects.count(), 0, "refunds")
-    expect_eq(LedgerEntry.objects.count(), 0, "ledger entries")
+    expect_eq(LedgerEntry.objects.filter(tool="issue_refund").count(), 0, "ledger entries")
     expect("No money moved" in t.summary, f"summary: {t.summary!r}")
 
 

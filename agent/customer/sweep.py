@@ -1,0 +1,62 @@
+"""Waking runs that wait for a customer when their own wake-up cannot come.
+
+A run waiting for a customer sleeps in a durable receive until its reply window ends.
+Two things can leave it asleep longer than it should: the wake-up a customer's line sends
+was lost (the process that stored the line died before sending), or the window was read
+on a clock that moved (``agent.customer.wait.now``, as tests move it). The reconciler
+calls ``customer_waits_sweep`` on each pass; every message it sends is keyed (by the
+customer's line, or by the window), so a run is woken once whatever the sweep repeats.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from agent.customer.route import wake_key
+from agent.customer.wait import now
+from agent.models import Run, RunStatus
+from deskhand.dbos import client as dbos_client
+from deskhand.desk.models import MessageDirection, MessageKind, TicketMessage
+
+log = logging.getLogger(__name__)
+
+
+def customer_waits_sweep(limit: int = 500) -> int:
+    """Wake each waiting run whose customer answered, or whose window passed. How many."""
+    woken = 0
+    clock = now()
+    for run in Run.objects.filter(status=RunStatus.AWAITING_CUSTOMER).order_by("waiting_until")[
+        :limit
+    ]:
+        question = (
+            TicketMessage.objects.filter(
+                ticket_id=run.ticket_id, run_id=run.pk, direction=MessageDirection.OUTBOUND
+            )
+            .order_by("-pk")
+            .values_list("pk", flat=True)
+            .first()
+        )
+        answer = (
+            TicketMessage.objects.filter(
+                ticket_id=run.ticket_id,
+                kind=MessageKind.CUSTOMER,
+                direction=MessageDirection.INBOUND,
+                automated="",
+                pk__gt=question or 0,
+            )
+            .order_by("pk")
+            .values_list("pk", flat=True)
+            .first()
+        )
+        if answer is not None:
+            key = wake_key(answer)  # the route's own key: a wake-up it did send is not repeated
+        elif run.waiting_until is not None and clock >= run.waiting_until:
+            key = f"customer-window:{run.pk}:{run.waiting_until.isoformat()}"
+        else:
+            continue
+        try:
+            dbos_client.send_customer_message(run_id=str(run.pk), ticket_id=run.ticket_id, key=key)
+            woken += 1
+        except Exception:
+            log.exception("waking run %s, which waits for its customer, failed", run.pk)
+    return woken
