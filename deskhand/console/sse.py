@@ -37,6 +37,7 @@ from django.views.decorators.http import require_GET
 
 from agent.models import TERMINAL_STATUSES, Run
 from deskhand.console import runpage
+from deskhand.console.attention import attention_counts
 from deskhand.console.decorators import current_membership
 from deskhand.desk.models import Membership
 
@@ -359,3 +360,57 @@ async def runs_stream(request: HttpRequest) -> HttpResponseBase:
     if membership is None:
         return HttpResponse("Not a member of any merchant.", status=403, content_type="text/plain")
     return _stream(list_events(membership.merchant_id))
+
+
+# --- the navigation's counters, on every page ------------------------------------------
+
+COUNTS_TAIL_SECONDS = (
+    5.0  # decisions, expiries and escalations write no step at once: re-count anyway
+)
+
+
+def _counts_html(merchant_id: int) -> str:
+    try:
+        counts = attention_counts(merchant_id=merchant_id)
+        return render_to_string("console/_counts.html", {"attention": counts, "oob": True})
+    finally:
+        _release_connection()
+
+
+async def count_events(merchant_id: int) -> AsyncIterator[str]:
+    """The Attention and Approvals counters (``event: counts``, out-of-band spans) whenever
+    they change: on a step of any run (coalesced) and every few seconds regardless."""
+    h = hub()
+    queue = h.subscribe(RESYNC)
+    last = ""
+    try:
+        yield "retry: 2000\n\n"
+        quiet = 0.0
+        while True:
+            html = await sync_to_async(_counts_html)(merchant_id)
+            if html != last:
+                yield frame("counts", html)
+                last, quiet = html, 0.0
+            woke = await _next(queue, COUNTS_TAIL_SECONDS)
+            if woke:
+                await asyncio.sleep(COALESCE_SECONDS)
+                while not queue.empty():
+                    queue.get_nowait()
+            else:
+                quiet += COUNTS_TAIL_SECONDS
+                if quiet >= KEEPALIVE_SECONDS:
+                    yield ": keep-alive\n\n"
+                    quiet = 0.0
+    finally:
+        h.unsubscribe(RESYNC, queue)
+
+
+@require_GET
+async def counts_stream(request: HttpRequest) -> HttpResponseBase:
+    user = await request.auser()
+    if not user.is_authenticated:
+        return HttpResponse("Sign in first.", status=403, content_type="text/plain")
+    membership = await sync_to_async(_membership)(request)
+    if membership is None:
+        return HttpResponse("Not a member of any merchant.", status=403, content_type="text/plain")
+    return _stream(count_events(membership.merchant_id))

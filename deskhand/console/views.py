@@ -28,6 +28,7 @@ from agent.run import selectors as agent_selectors
 from agent.run.services import RunRefused, run_cancel, run_start
 from agent.run.steering import SteerRefused, run_steer
 from deskhand.console import attention, forms, present, runpage, selectors
+from deskhand.console import search as finding
 from deskhand.console.decorators import ConsoleRequest, actor_required, merchant_member, refuse
 from deskhand.console.services import UndoRefused, step_undo
 from deskhand.console.thread import thread_lines
@@ -199,6 +200,47 @@ def runs(request: ConsoleRequest) -> HttpResponse:
     )
 
 
+@require_safe
+@login_required
+@merchant_member
+def run_short(request: ConsoleRequest, short: str) -> HttpResponse:
+    """``/runs/0f3a9c12/``: the short id every table shows, on to the run it names."""
+    found = finding.runs_by_prefix(merchant_id=request.membership.merchant_id, prefix=short)
+    if len(found) == 1:
+        return redirect("console:run", run_id=found[0].pk)
+    if len(found) > 1:
+        return refuse(
+            request,
+            404,
+            f"More than one run starts with {short[:40]}: type more of its id, or search for it.",
+        )
+    return refuse(request, 404, f"No run of yours starts with {short[:40]}. {NOT_FOUND}")
+
+
+@require_safe
+@login_required
+@merchant_member
+def search(request: ConsoleRequest) -> HttpResponse:
+    """Tickets and runs by customer name or email, order or ticket reference, or run id."""
+    form = forms.SearchForm(request.GET)
+    if not form.is_valid():
+        return refuse(request, 400, forms.first_error(form))
+    q = form.cleaned_data["q"]
+    found = finding.search(merchant_id=request.membership.merchant_id, q=q)
+    return render(
+        request,
+        "console/search.html",
+        {
+            "found": found,
+            "search_q": q,
+            "rows": present.run_rows(
+                found.runs,
+                attention.run_money(merchant_id=request.membership.merchant_id, runs=found.runs),
+            ),
+        },
+    )
+
+
 def _run_or_none(request: ConsoleRequest, run_id: uuid.UUID) -> Run | None:
     return selectors.run_get(merchant_id=request.membership.merchant_id, run_id=run_id)
 
@@ -308,7 +350,15 @@ def run_steer_view(request: ConsoleRequest, run_id: uuid.UUID) -> HttpResponse:
         return refuse(request, 404, NOT_FOUND)
     form = forms.SteerForm(request.POST)
     if not form.is_valid():
-        return refuse(request, 400, forms.first_error(form))
+        # Answered on the run page, the note kept in its box: never cut, never lost.
+        context = {
+            **runpage.panel_context(found, request.membership),
+            **runpage.steps_context(found, can_act=request.membership.can_act),
+            "live": "sse",
+            "steer_error": forms.steer_refusal(form),
+            "steer_body": str(request.POST.get("body", "")),
+        }
+        return render(request, "console/run.html", context, status=400)
     try:
         run_steer(run=found, user=request.user, body=form.cleaned_data["body"], channel="web")
     except SteerRefused as exc:
