@@ -83,6 +83,7 @@
   // fall back to polling the steps partial every two seconds.
   var failures = 0;
   document.addEventListener("htmx:sseError", function (evt) {
+    if (!evt.target || evt.target.id !== "live-region") return;  // the run's stream, not the counters'
     var source = evt.detail && evt.detail.source;
     if (source && source.readyState === 2 && ++failures >= 3 && !/[?&]live=poll/.test(location.search)) {
       location.search = (location.search ? location.search + "&" : "?") + "live=poll";

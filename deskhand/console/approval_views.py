@@ -180,8 +180,8 @@ def _order(approval: Any) -> present.OrderFacts | None:
 def already_decided(approval: Any) -> str:
     """ "Already approved by Sam at 12:41 (with changes)." for a card someone decided first."""
     approval.refresh_from_db()
-    if approval.status == "pending" or approval.decided_at is None:
-        return ""
+    if approval.status not in ("approved", "denied") or approval.decided_at is None:
+        return ""  # withdrawn or expired: the refusal's own sentence says why
     who = approval.decided_by_label
     at = timezone.localtime(approval.decided_at).strftime("%H:%M")
     changed = " with changes" if approval.changed else ""

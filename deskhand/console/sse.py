@@ -24,6 +24,7 @@ import asyncio
 import contextlib
 import dataclasses
 import logging
+import time
 import uuid
 import weakref
 from collections.abc import AsyncIterator
@@ -48,6 +49,9 @@ TAIL_SECONDS = 3.0  # re-read the table this often even without a notification
 KEEPALIVE_SECONDS = 15.0
 COALESCE_SECONDS = 0.2  # the runs list refreshes at most this often
 RESYNC = "*"
+# Decisions, expiries and escalations write no step at once: the counters re-count anyway.
+COUNTS_TAIL_SECONDS = 5.0
+COUNTS_MIN_SECONDS = 1.0  # a stream carrying counters beside its steps re-counts at most this often
 
 
 # --- one LISTEN per process ---------------------------------------------------------
@@ -230,13 +234,17 @@ async def run_events(
     """Steps after ``after`` as they commit, until the run is terminal."""
     h = hub()
     queue = h.subscribe(str(run_id))
+    counts = Counts(membership.merchant_id)
     try:
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(h.listening.wait(), timeout=2.0)
         yield "retry: 1000\n\n"
+        await counts.baseline()
         last, quiet = after, 0.0
         while True:
             batch = await sync_to_async(_read_run)(request, run_id, last, membership, actions_sig)
+            if changed := await counts.changed():
+                yield frame("counts", changed)
             for seq, html in batch.steps:
                 yield frame("step", html, seq)
                 last = seq
@@ -321,13 +329,22 @@ async def list_events(merchant_id: int) -> AsyncIterator[str]:
     h = hub()
     queue = h.subscribe(RESYNC)
     known: dict[str, bool] = {}
+    counts = Counts(merchant_id)
     try:
         yield "retry: 2000\n\n"
+        await counts.baseline()
+        quiet = 0.0
         while True:
-            payloads = await _next(queue, KEEPALIVE_SECONDS)
+            payloads = await _next(queue, COUNTS_TAIL_SECONDS)
+            if changed := await counts.changed():
+                yield frame("counts", changed)
             if not payloads:
-                yield ": keep-alive\n\n"
+                quiet += COUNTS_TAIL_SECONDS
+                if quiet >= KEEPALIVE_SECONDS:
+                    yield ": keep-alive\n\n"
+                    quiet = 0.0
                 continue
+            quiet = 0.0
             await asyncio.sleep(COALESCE_SECONDS)
             while not queue.empty():
                 payloads.append(queue.get_nowait())
@@ -364,9 +381,30 @@ async def runs_stream(request: HttpRequest) -> HttpResponseBase:
 
 # --- the navigation's counters, on every page ------------------------------------------
 
-COUNTS_TAIL_SECONDS = (
-    5.0  # decisions, expiries and escalations write no step at once: re-count anyway
-)
+
+class Counts:
+    """The navigation's counters for a stream that carries them beside its own events: the
+    page was rendered with them, so only a change is sent (at most every few seconds)."""
+
+    def __init__(self, merchant_id: int) -> None:
+        self.merchant_id = merchant_id
+        self.last = ""
+        self.at = 0.0
+
+    async def baseline(self) -> None:
+        self.last = await sync_to_async(_counts_html)(self.merchant_id)
+        self.at = time.monotonic()
+
+    async def changed(self) -> str:
+        """The counters' swap if they changed since last sent, else ""."""
+        if time.monotonic() - self.at < COUNTS_MIN_SECONDS:
+            return ""
+        html = await sync_to_async(_counts_html)(self.merchant_id)
+        self.at = time.monotonic()
+        if html == self.last:
+            return ""
+        self.last = html
+        return html
 
 
 def _counts_html(merchant_id: int) -> str:
