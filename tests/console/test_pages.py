@@ -61,7 +61,7 @@ def test_each_page_renders_its_content_without_javascript(world):
         "/runs/": str(run.pk)[:8],
         f"/runs/{run.pk}/": "The beans taste flat.",
         f"/runs/{run.pk}/steps": "Timeline",
-        "/approvals/": "Refund 19.00 USD against order NW-1042",
+        "/approvals/": "Refund $19.00 on order NW-1042",
         "/usage/": "Model spend",
     }
     for url in pages(run, approval):
