@@ -15,7 +15,11 @@ half-typed note is not wiped by every step), and ``event: done`` when the run
 is terminal, after which it closes. A browser that reconnects
 sends ``Last-Event-ID`` (the last seq it saw) and gets exactly the steps after
 it. The runs-list stream sends ``event: changed`` (coalesced) when any run of
-the merchant writes a step.
+the merchant writes a step. The menu's counters ride on whichever stream the page has
+(``counts``), or on their own (``/attention/stream``) on a page without one.
+
+Over 400 lines because the three streams share one listener, one framing and one way of
+borrowing a database connection; they read best side by side.
 """
 
 from __future__ import annotations

@@ -28,7 +28,6 @@ from agent.run import selectors as agent_selectors
 from agent.run.services import RunRefused, run_cancel, run_start
 from agent.run.steering import SteerRefused, run_steer
 from deskhand.console import attention, forms, present, runpage, selectors
-from deskhand.console import search as finding
 from deskhand.console.decorators import ConsoleRequest, actor_required, merchant_member, refuse
 from deskhand.console.services import UndoRefused, step_undo
 from deskhand.console.thread import thread_lines
@@ -196,47 +195,6 @@ def runs(request: ConsoleRequest) -> HttpResponse:
             ),
             "filters": filters,
             "f": f,
-        },
-    )
-
-
-@require_safe
-@login_required
-@merchant_member
-def run_short(request: ConsoleRequest, short: str) -> HttpResponse:
-    """``/runs/0f3a9c12/``: the short id every table shows, on to the run it names."""
-    found = finding.runs_by_prefix(merchant_id=request.membership.merchant_id, prefix=short)
-    if len(found) == 1:
-        return redirect("console:run", run_id=found[0].pk)
-    if len(found) > 1:
-        return refuse(
-            request,
-            404,
-            f"More than one run starts with {short[:40]}: type more of its id, or search for it.",
-        )
-    return refuse(request, 404, f"No run of yours starts with {short[:40]}. {NOT_FOUND}")
-
-
-@require_safe
-@login_required
-@merchant_member
-def search(request: ConsoleRequest) -> HttpResponse:
-    """Tickets and runs by customer name or email, order or ticket reference, or run id."""
-    form = forms.SearchForm(request.GET)
-    if not form.is_valid():
-        return refuse(request, 400, forms.first_error(form))
-    q = form.cleaned_data["q"]
-    found = finding.search(merchant_id=request.membership.merchant_id, q=q)
-    return render(
-        request,
-        "console/search.html",
-        {
-            "found": found,
-            "search_q": q,
-            "rows": present.run_rows(
-                found.runs,
-                attention.run_money(merchant_id=request.membership.merchant_id, runs=found.runs),
-            ),
         },
     )
 
