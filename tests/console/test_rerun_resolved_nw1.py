@@ -54,7 +54,7 @@ def test_re_running_resolved_nw1_warns_then_proposes_no_second_refund(dbos_execu
     assert second.status == "succeeded", second.summary
     # The shipping left on NW-1042 is not proposed: the policy does not cover it, and a
     # person already approved what was due on the order.
-    assert not Approval.objects.filter(run=second).exists()
+    assert not Approval.objects.filter(run=second, tool="issue_refund").exists()
     assert "38.00 USD went back on NW-1042 already" in second.summary
     assert Ticket.objects.get(reference="NW-1").status == "resolved"
     assert [r.amount_cents for r in Refund.objects.all()] == [3800]
@@ -73,7 +73,7 @@ def test_a_re_run_after_a_narrower_approval_does_not_ask_for_the_remainder(dbos_
 
     again = wait_terminal(str(_rerun_from_the_console(client_for(NW_OWNER), "$20.00").pk))
     assert again.status == "succeeded", again.summary
-    assert not Approval.objects.filter(run=again).exists()  # not the $18.00 remainder
+    assert not Approval.objects.filter(run=again, tool="issue_refund").exists()  # no remainder
     assert "20.00 USD went back on NW-1042 already" in again.summary
     assert [r.amount_cents for r in Refund.objects.all()] == [2000]
 
@@ -85,7 +85,7 @@ def test_a_fork_from_step_1_of_a_refunded_ticket_recognises_the_refund(dbos_exec
     fork = wait_terminal(str(fork_run(run=first, seq=1, user=user(NW_OWNER)).pk))
     assert fork.status == "succeeded", fork.summary
     # Nothing proposed whose own reason says the policy does not cover it.
-    assert not Approval.objects.filter(run=fork).exists()
+    assert not Approval.objects.filter(run=fork, tool="issue_refund").exists()
     assert "went back on NW-1042 already" in fork.summary
     assert [r.amount_cents for r in Refund.objects.all()] == [3800]
 
