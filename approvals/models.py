@@ -181,6 +181,7 @@ class ApprovalPolicy(models.Model):
             )
         ]
         ordering = ["merchant", "-version"]
+        verbose_name_plural = "approval policies"
 
     def __str__(self) -> str:
         return f"{self.merchant_id} policy v{self.version}"

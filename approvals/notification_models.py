@@ -123,6 +123,7 @@ class WebhookDelivery(models.Model):
 
     class Meta:
         ordering = ["notification", "attempt"]
+        verbose_name_plural = "webhook deliveries"
 
     def __str__(self) -> str:
         return f"delivery {self.notification_id} attempt {self.attempt}: {'ok' if self.ok else 'failed'}"

@@ -1,6 +1,65 @@
 // Deskhand console: small progressive enhancements. Pages work without this file.
 (function () {
   "use strict";
+  document.documentElement.classList.add("js");
+
+  // The menu folds behind a button on a phone (CSS shows the button only there, only with JS).
+  document.addEventListener("click", function (evt) {
+    var button = evt.target.closest && evt.target.closest(".menu-toggle");
+    if (!button) return;
+    var top = button.closest(".top");
+    var open = top.classList.toggle("open");
+    button.setAttribute("aria-expanded", open ? "true" : "false");
+  });
+
+  // Money typed as people read it: "150" and "150.00" are both 150 of the currency, "1.5" is 1.50.
+  // The same rule as deskhand/desk/money.py:parse_amount, on text (no float), for a live preview.
+  function parseCents(text) {
+    var t = String(text).replace(/[\s,\u00a0]/g, "").replace(/^[$€£]/, "").replace(/[A-Za-z]{3}$/, "");
+    var m = /^(\d{0,12})(?:\.(\d{0,2}))?$/.exec(t);
+    if (!t || !m || (!m[1] && !m[2])) return null;
+    return parseInt(m[1] || "0", 10) * 100 + parseInt(((m[2] || "") + "00").slice(0, 2), 10);
+  }
+  function showCents(cents, symbol, code) {
+    var whole = String(Math.floor(cents / 100)).replace(/\B(?=(\d{3})+(?!\d))/g, ",");
+    var amount = whole + "." + String(cents % 100).padStart(2, "0");
+    return symbol ? symbol + amount : amount + " " + code;
+  }
+  function preview(input) {
+    var out = document.getElementById(input.getAttribute("data-preview"));
+    if (!out) return;
+    var cents = parseCents(input.value);
+    var max = parseInt(input.getAttribute("data-max-cents"), 10);
+    var symbol = input.getAttribute("data-symbol"), code = input.getAttribute("data-currency");
+    var of = showCents(max, symbol, code);
+    if (cents === null) out.textContent = "Type an amount like 12 or 12.50 (at most " + of + ").";
+    else if (cents < 1) out.textContent = "The amount must be more than 0.";
+    else if (cents > max) out.textContent = showCents(cents, symbol, code) + " is more than the " + of + " proposed: you may only approve less.";
+    else out.textContent = (input.getAttribute("data-verb") || "Refund") + " " + showCents(cents, symbol, code) + " of " + of + " proposed.";
+  }
+
+  // A note's length while it is typed: the limit is said before the server has to refuse it.
+  function count(area) {
+    var out = document.getElementById(area.getAttribute("data-counter"));
+    var max = parseInt(area.getAttribute("data-limit"), 10);
+    if (!out || !max) return;
+    var n = area.value.length;
+    out.textContent = n > max
+      ? n.toLocaleString("en") + " characters: " + (n - max).toLocaleString("en") + " over the limit of " + max.toLocaleString("en") + "."
+      : n.toLocaleString("en") + " of " + max.toLocaleString("en") + " characters.";
+    out.classList.toggle("over", n > max);
+  }
+  document.addEventListener("input", function (evt) {
+    var el = evt.target;
+    if (el.matches && el.matches("input[data-preview]")) preview(el);
+    if (el.matches && el.matches("textarea[data-counter]")) count(el);
+  });
+  function enhance() {
+    document.querySelectorAll("input[data-preview]").forEach(preview);
+    document.querySelectorAll("textarea[data-counter]").forEach(count);
+  }
+  document.addEventListener("DOMContentLoaded", enhance);
+  document.addEventListener("htmx:afterSettle", enhance);
 
   // A reconnecting stream resumes from Last-Event-ID, but if htmx re-creates the
   // EventSource from scratch it replays from the page's starting point: skip
@@ -24,6 +83,7 @@
   // fall back to polling the steps partial every two seconds.
   var failures = 0;
   document.addEventListener("htmx:sseError", function (evt) {
+    if (!evt.target || evt.target.id !== "live-region") return;  // the run's stream, not the counters'
     var source = evt.detail && evt.detail.source;
     if (source && source.readyState === 2 && ++failures >= 3 && !/[?&]live=poll/.test(location.search)) {
       location.search = (location.search ? location.search + "&" : "?") + "live=poll";

@@ -249,13 +249,14 @@ class Case:
             and "shipping" not in str(i.get("description", "")).lower()
         )
         refundable = int(order.get("refundable_cents", 0))
-        # Refunded, or in flight at a payment provider (it may have moved): both count.
-        refunded = int(order.get("refunded_cents", 0)) + int(
-            order.get("refunds_in_flight_cents", 0)
-        )
-        # What went back already counts against the goods first: the policy refunds goods.
-        goods_left = min(max(goods - refunded, 0), refundable)
         window_text = f'inside the {window[0]}-day window ("{window[1]}")'
+        if (already := self._already_refunded(order)) is not None:
+            return Verdict(
+                "resolved",
+                f"The customer reports a quality problem {days} days after delivery of {ref}, "
+                f"{window_text}. {already}",
+            )
+        goods_left = min(goods, refundable)
         if goods_left > 0:
             reason = (
                 f"{MARK} Quality problem reported {days} days after delivery, inside the "
@@ -272,29 +273,33 @@ class Case:
                 ),
             )
             return Verdict("resolved", why, acts)
-        if refundable <= 0:
-            return self._escalate(
-                f"Nothing is left to refund on {ref} ({format_money(refunded, currency)} already refunded)."
-            )
-        # The goods went back already; what is left is the shipping, which the policy does not
-        # make due. Asked as what it is, so the approver decides knowing it.
-        reason = (
-            f"{MARK} Shipping only, not goods: the goods on {ref} were refunded already "
-            f"({format_money(refunded, currency)}); the quality policy does not cover shipping."
+        return self._escalate(f"Nothing on {ref} is goods the quality policy refunds.")
+
+    def _already_refunded(self, order: dict[str, Any]) -> str | None:
+        """The sentence for an order money already went back on (this ticket's earlier run, the
+        run a fork was taken from, or a person), or None.
+
+        The ledger has it, and the order record read says so: a person approved that amount
+        (all of what was proposed, or less), so what is due on the order was decided. Proposing
+        the rest — the shipping the policy does not cover, or the remainder of a narrowed
+        refund — would ask again what a person already answered.
+        """
+        refunded = int(order.get("refunded_cents", 0))
+        in_flight = int(order.get("refunds_in_flight_cents", 0))
+        if refunded + in_flight <= 0:
+            return None
+        currency, ref = order["currency"], order["reference"]
+        went = (
+            f"{format_money(refunded, currency)} went back on {ref} already"
+            if refunded
+            else f"a refund of {format_money(in_flight, currency)} on {ref} is in flight"
         )
-        why = (
-            f"The customer reports a quality problem {days} days after delivery of {ref}, "
-            f"{window_text}; the goods were refunded already ({format_money(refunded, currency)}). Only "
-            f"the shipping ({format_money(refundable, currency)}) is left, which the policy does not "
-            "make due, so a person decides whether it goes back too."
+        if refunded and in_flight:
+            went += f" ({format_money(in_flight, currency)} more in flight)"
+        return (
+            f"{went[:1].upper()}{went[1:]}: a person approved that amount, so I propose no "
+            "further refund on it."
         )
-        acts = (
-            (
-                "issue_refund",
-                {"order_reference": ref, "amount_cents": refundable, "reason": reason},
-            ),
-        )
-        return Verdict("resolved", why, acts, if_declined="resolved")
 
     def _shipping(self, order: dict[str, Any], policy: Policy) -> Verdict:
         ref, status = order["reference"], order.get("status")
@@ -373,6 +378,8 @@ class Case:
             f"{format_money(dup['total_cents'], dup['currency'])} placed {apart}; by the policy "
             f'("{window[1]}") {dup["reference"]}, the later one, is the duplicate.'
         )
+        if (already := self._already_refunded(dup)) is not None:
+            return Verdict("resolved", f"{why} {already}")
         if amount <= 0:
             return self._escalate(why + f" Nothing is left to refund on {dup['reference']}.")
         reason = f"{MARK} Duplicate of {first['reference']}: same total placed {apart}."

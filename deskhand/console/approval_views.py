@@ -25,7 +25,6 @@ from agent.consent.narrowing import (
     NarrowingRefused,
     approval_approve_with_changes,
     changes_from_form,
-    changes_text,
 )
 from agent.consent.policy import (
     PolicyRefused,
@@ -43,30 +42,7 @@ from deskhand.cli import sentence
 from deskhand.console import forms, present, runpage, selectors
 from deskhand.console.decorators import ConsoleRequest, actor_required, merchant_member, refuse
 from deskhand.console.views import NOT_FOUND, redirect_back
-from deskhand.desk.money import format_cents
-
-
-@dataclasses.dataclass(frozen=True)
-class Changeable:
-    """One field a person may change on an approval card, from the tool registry."""
-
-    field: str
-    kind: str  # "at_most" | "reword"
-    value: Any
-
-    @property
-    def shown(self) -> str:
-        if self.kind == "at_most" and isinstance(self.value, int):
-            return format_cents(self.value)
-        return str(self.value)
-
-
-def changeable(approval: Any) -> list[Changeable]:
-    tool = REGISTRY.get(approval.tool)
-    args = approval.arguments if isinstance(approval.arguments, dict) else {}
-    if tool is None:
-        return []
-    return [Changeable(f, how.value, args.get(f)) for f, how in tool.narrowable]
+from deskhand.desk.money import AmountRefused, display_cents, format_cents, parse_amount
 
 
 @dataclasses.dataclass(frozen=True)
@@ -115,7 +91,7 @@ def _inbox(
         request,
         template,
         {
-            "items": [(item, changeable(item.approval)) for item in items],
+            "items": [(item, item.changeable) for item in items],
             "can_act": request.membership.can_act,
             **(extra or {}),
         },
@@ -136,6 +112,8 @@ def decide_again(
     approval: Any = None,
     field: str = "reason",
     picked: list[str] | None = None,
+    status: int = 400,
+    notice: str = "",
 ) -> HttpResponse:
     """The form a person just posted, again, with ``message`` beside the field it is about.
 
@@ -147,6 +125,7 @@ def decide_again(
         "decide_error_for": str(approval.pk) if approval is not None else "bulk",
         "decide_error_field": field,
         "bulk_picked": picked or [],  # the cards ticked for a bulk decision stay ticked
+        "page_error": notice,  # about the page as a whole (a card someone else decided first)
     }
     if approval is not None and request.POST.get("next") == reverse(
         "console:run", kwargs={"run_id": approval.run_id}
@@ -161,8 +140,55 @@ def decide_again(
                 "live": "sse",
                 **error,
             }
-            return render(request, "console/run.html", context, status=400)
-    return _inbox(request, error, status=400)
+            return render(request, "console/run.html", context, status=status)
+    return _inbox(request, error, status=status)
+
+
+def _typed_amounts(request: ConsoleRequest, approval: Any) -> dict[str, str]:
+    """``amount-<field>`` inputs (money typed in the order's currency) as cents, for narrowing.
+
+    "150" and "150.00" are both 150 of the currency; more than the proposal, or nothing at
+    all, is refused here in the person's units before the registry's rule sees it.
+    """
+    out: dict[str, str] = {}
+    view = present.ApprovalView(approval, _order(approval), timezone.now())
+    offered = {c.field: c for c in view.changeable}
+    for key, text in request.POST.items():
+        if not key.startswith(forms.AMOUNT_PREFIX):
+            continue
+        field = key[len(forms.AMOUNT_PREFIX) :]
+        c = offered.get(field)
+        if c is None or not c.is_money:
+            raise AmountRefused(f"{field[:40]} is not an amount a person may change here.")
+        amount = parse_amount(str(text), c.currency)
+        if amount < 1:
+            raise AmountRefused("The amount must be more than 0.")
+        if amount > c.value:
+            raise AmountRefused(
+                f"{display_cents(amount, c.currency)} is more than the {c.shown} proposed: "
+                "a person may only approve less (deny it with a reason to ask for more)."
+            )
+        out[field] = str(amount)
+    return out
+
+
+def _order(approval: Any) -> present.OrderFacts | None:
+    found = selectors.order_facts(merchant_id=approval.merchant_id, arguments=approval.arguments)
+    return present.OrderFacts(found) if found is not None else None
+
+
+def already_decided(approval: Any) -> str:
+    """ "Already approved by Sam at 12:41 (with changes)." for a card someone decided first."""
+    approval.refresh_from_db()
+    if approval.status not in ("approved", "denied") or approval.decided_at is None:
+        return ""  # withdrawn or expired: the refusal's own sentence says why
+    who = approval.decided_by_label
+    at = timezone.localtime(approval.decided_at).strftime("%H:%M")
+    changed = " with changes" if approval.changed else ""
+    return (
+        f"Already {approval.status}{changed} by {who} at {at}: a decision is made once, "
+        "so yours was not recorded."
+    )
 
 
 def _form_message(form: Any) -> tuple[str, str]:
@@ -192,6 +218,10 @@ def approval_decide_view(request: ConsoleRequest, approval_id: uuid.UUID) -> Htt
     posted_tool = request.POST.get("tool")
     raw_changes = forms.posted_changes(request.POST)
     try:
+        raw_changes.update(_typed_amounts(request, approval))
+    except AmountRefused as exc:
+        return decide_again(request, str(exc), approval, "change")
+    try:
         if approve and (raw_changes or posted_tool is not None):
             if posted_tool is not None and posted_tool != approval.tool:
                 raise NarrowingRefused(
@@ -215,13 +245,18 @@ def approval_decide_view(request: ConsoleRequest, approval_id: uuid.UUID) -> Htt
                 channel="web",
             )
     except NarrowingRefused as exc:
-        return refuse(request, 400, sentence(str(exc)))
+        return decide_again(request, sentence(str(exc)), approval, "change")
     except DecisionRefused as exc:
-        return refuse(request, 409, str(exc))
+        notice = already_decided(approval) or sentence(str(exc))
+        return decide_again(request, "", approval, "none", status=409, notice=notice)
     verb = "Approved" if approve else "Denied"
     if decided.changed:
         proposed = approval.arguments if isinstance(approval.arguments, dict) else {}
-        verb = f"Approved with changes ({changes_text(approval.tool, proposed, decided.executes)})"
+        facts = _order(approval)
+        currency = facts.order.currency if facts is not None else "USD"
+        verb = (
+            f"Approved with changes ({present.changes_words(proposed, decided.executes, currency)})"
+        )
     messages.success(request, f"{verb}: {approval.preview.splitlines()[0]}")
     return redirect_back(request, reverse("console:approvals"))
 
@@ -236,8 +271,12 @@ def approvals_bulk_view(request: ConsoleRequest) -> HttpResponse:
     form = forms.BulkDecideForm(request.POST)
     if not form.is_valid():
         field, message = _form_message(form)
-        if field:
-            return decide_again(request, message, None, field, [str(pk) for pk, _ in form.picked])
+        if form.nothing_picked:
+            message = str(form.non_field_errors()[0])
+        if field or form.nothing_picked:
+            return decide_again(
+                request, message, None, field or "reason", [str(pk) for pk, _ in form.picked]
+            )
         return refuse(request, 400, message)
     merchant_id = request.membership.merchant_id
     picked = []

@@ -9,7 +9,9 @@ from typing import Any
 from django import forms
 
 from agent.models import RunStatus, StopReason
+from deskhand.console import words
 from deskhand.desk.models import Priority, TicketStatus
+from deskhand.desk.money import AmountRefused, parse_amount
 
 REASON_MAX = 500  # approvals.services refuses longer reasons; catch it as bad input first
 NOTE_MAX = 4000
@@ -27,6 +29,9 @@ class DecideForm(forms.Form):
 
 
 CHANGE_PREFIX = "change-"
+AMOUNT_PREFIX = (
+    "amount-"  # money a person types in the order's currency (deskhand.desk.money.parse_amount)
+)
 BULK_MAX = 50
 
 
@@ -50,11 +55,16 @@ class BulkDecideForm(forms.Form):
         self.picked: list[tuple[uuid.UUID, str]] = []
         raw = data.getlist("approval") if hasattr(data, "getlist") else []
         self._raw = raw
+        self.nothing_picked = False
 
     def clean(self) -> dict[str, object]:
         data = super().clean() or {}
         if not self._raw:
-            raise forms.ValidationError("select at least one approval.")
+            self.nothing_picked = True
+            raise forms.ValidationError(
+                "Nothing was decided: tick at least one card below, then choose Approve selected "
+                "or Deny selected."
+            )
         if len(self._raw) > BULK_MAX:
             raise forms.ValidationError(f"decide at most {BULK_MAX} approvals at once.")
         for item in self._raw:
@@ -113,6 +123,12 @@ def policy_rules_posted(data: Any, tools: list[str]) -> list[dict[str, Any]]:
         if not data.get(f"rule-{tool}-on"):
             continue
         rule: dict[str, Any] = {"tool": tool}
+        typed = str(data.get(f"rule-{tool}-max_amount", "")).strip()
+        if typed:  # the page's field: dollars as a person types them
+            try:
+                rule["max_amount_cents"] = parse_amount(typed)
+            except AmountRefused as exc:
+                raise ValueError(f"the {tool} amount limit: {exc}") from None
         for field in ("max_amount_cents", "max_per_day"):
             text = str(data.get(f"rule-{tool}-{field}", "")).strip()
             if not text:
@@ -129,15 +145,35 @@ class SteerForm(forms.Form):
     body = forms.CharField(max_length=NOTE_MAX, strip=True)
 
 
+def steer_refusal(form: SteerForm) -> str:
+    """Why a note was not sent, in a sentence that names the limit (never a silent cut)."""
+    body = str(form.data.get("body", "")).strip()
+    if len(body) > NOTE_MAX:
+        return (
+            f"Not sent: the note is {len(body):,} characters and a note may be at most "
+            f"{NOTE_MAX:,}. Shorten it (or send it in parts); nothing was cut."
+        )
+    if not body:
+        return "Not sent: the note is empty. Write what the agent should know."
+    return first_error(form)
+
+
 def _optional(choices: list[tuple[str, str]]) -> list[tuple[str, str]]:
     return [("", "any"), *choices]
 
 
 class RunFilters(forms.Form):
     status = forms.ChoiceField(choices=_optional(RunStatus.choices), required=False)
-    stop_reason = forms.ChoiceField(choices=_optional(StopReason.choices), required=False)
+    stop_reason = forms.ChoiceField(
+        choices=_optional([(v, words.stop_reason(v).capitalize()) for v in StopReason.values]),
+        required=False,
+    )
     q = forms.CharField(max_length=100, required=False, strip=True)
     cursor = forms.CharField(max_length=200, required=False)
+
+
+class SearchForm(forms.Form):
+    q = forms.CharField(max_length=100, required=False, strip=True)
 
 
 class TicketFilters(forms.Form):

@@ -18,16 +18,16 @@ from typing import Any
 
 from django.utils import timezone
 
-from agent.consent.narrowing import changes_text
 from agent.conversation import fence
 from agent.models import Run, Step
 from agent.privacy.models import Redaction, RedactionReason
 from agent.run import payloads
 from agent.run.payloads import StepKind
+from agent.tools import REGISTRY
 from approvals.models import Approval
-from deskhand.console import story
+from deskhand.console import story, words
 from deskhand.desk.models import Order
-from deskhand.desk.money import display_cents
+from deskhand.desk.money import SYMBOLS, display_cents
 
 BAR_STEPS = 100  # static/console.css has a .w0 … .w100 class per percent (CSP forbids style="")
 
@@ -313,6 +313,39 @@ class OrderFacts:
         return cents(self.remaining_cents, self.order.currency)
 
 
+@dataclasses.dataclass(frozen=True)
+class Changeable:
+    """One field a person may change on an approval card, from the tool registry."""
+
+    field: str
+    kind: str  # "at_most" | "reword"
+    value: Any
+    currency: str = "USD"
+    label: str = ""
+
+    @property
+    def is_money(self) -> bool:
+        return (
+            self.kind == "at_most"
+            and isinstance(self.value, int)
+            and not isinstance(self.value, bool)
+        )
+
+    @property
+    def shown(self) -> str:
+        return cents(self.value, self.currency) if self.is_money else str(self.value)
+
+    @property
+    def in_units(self) -> str:
+        """The proposed amount as a person types it: ``17900`` -> ``"179.00"``."""
+        whole, fraction = divmod(int(self.value), 100)
+        return f"{whole}.{fraction:02d}"
+
+    @property
+    def symbol(self) -> str:
+        return SYMBOLS.get(self.currency, "")
+
+
 # Arguments that are the model's own account, not anything read from the database.
 CLAIM_LABELS = {"reason": "The agent's reason (not checked)"}
 
@@ -352,19 +385,75 @@ class ApprovalView:
         ]
 
     @property
+    def currency(self) -> str:
+        return self.order.order.currency if self.order is not None else "USD"
+
+    @property
+    def tool_words(self) -> str:
+        return words.tool(self.approval.tool)
+
+    @property
     def arguments(self) -> list[tuple[str, str]]:
-        args = self.approval.arguments if isinstance(self.approval.arguments, dict) else {}
+        """The call's arguments in words ("Amount: $19.00"); the codes stay in ``raw_arguments``."""
+        return [(words.argument(key), shown) for key, shown in self._shown(self._proposed)]
+
+    @property
+    def raw_arguments(self) -> list[tuple[str, str]]:
+        """The arguments as the step log keeps them (names and integer cents), for engineers."""
+        args = self._proposed
+        return [(key, pretty(args[key])) for key in sorted(args)]
+
+    @property
+    def _proposed(self) -> dict[str, Any]:
+        return self.approval.arguments if isinstance(self.approval.arguments, dict) else {}
+
+    def _shown(self, args: dict[str, Any]) -> list[tuple[str, str]]:
         out = []
         for key in sorted(args):
             if key in CLAIM_LABELS:
                 continue
             value = args[key]
             if key.endswith("_cents") and isinstance(value, int) and not isinstance(value, bool):
-                shown = f"{cents(value)} ({value} cents)"
+                shown = cents(value, self.currency)
             else:
                 shown = value if isinstance(value, str) else pretty(value)
             out.append((key, str(shown)))
         return out
+
+    def _summary(self, args: dict[str, Any]) -> str:
+        """One line for a call: "Refund $20.00 on order NW-1042", else the tool's preview."""
+        tool = REGISTRY.get(self.approval.tool)
+        money_field = tool.money_field if tool is not None else None
+        amount = args.get(money_field) if money_field else None
+        if isinstance(amount, int) and not isinstance(amount, bool):
+            order = args.get("order_reference")
+            where = f" on order {order}" if order else ""
+            return f"{words.tool(self.approval.tool)} {cents(amount, self.currency)}{where}"
+        if tool is not None and self.approval.tool == "send_customer_email":
+            return f"{words.tool(self.approval.tool)}: “{args.get('subject', '')}”"
+        return self.headline
+
+    @property
+    def proposed_summary(self) -> str:
+        return self._summary(self._proposed)
+
+    @property
+    def approved_summary(self) -> str:
+        """What was approved: the narrower call when a person changed it, else the proposal."""
+        executes = self.approval.executes if self.approval.changed else self._proposed
+        return self._summary(executes if isinstance(executes, dict) else self._proposed)
+
+    @property
+    def changeable(self) -> list[Changeable]:
+        """The fields a person may change when approving (the tool registry says which, and how)."""
+        tool = REGISTRY.get(self.approval.tool)
+        if tool is None:
+            return []
+        args = self._proposed
+        return [
+            Changeable(f, how.value, args.get(f), self.currency, words.argument(f))
+            for f, how in tool.narrowable
+        ]
 
     @property
     def amount_cents(self) -> int | None:
@@ -396,11 +485,25 @@ class ApprovalView:
 
     @property
     def changes(self) -> str:
-        """What a person changed when approving (``agent.consent.narrowing``), in words."""
+        """What a person changed when approving, in words: "amount from $48.00 to $20.00"."""
         if not self.approval.changed:
             return ""
-        args = self.approval.arguments if isinstance(self.approval.arguments, dict) else {}
-        return changes_text(self.approval.tool, args, self.approval.executes)
+        return changes_words(self._proposed, self.approval.executes, self.currency)
+
+
+def changes_words(proposed: dict[str, Any], approved: dict[str, Any], currency: str) -> str:
+    """What a person changed, for people (``agent.consent.narrowing.changes_text`` keeps the codes)."""
+    out = []
+    for field in sorted(set(proposed) | set(approved)):
+        old, new = proposed.get(field), approved.get(field)
+        if old == new:
+            continue
+        label = words.argument(field).lower()
+        if isinstance(old, int) and isinstance(new, int) and field.endswith("_cents"):
+            out.append(f"{label} from {cents(old, currency)} to {cents(new, currency)}")
+        else:
+            out.append(f"{label} edited")
+    return "; ".join(out)
 
 
 def approval_views(

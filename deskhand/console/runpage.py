@@ -17,6 +17,7 @@ from agent.replay import rebuild, timeline
 from agent.run.selectors import run_refund_figures
 from approvals.selectors import run_audit
 from deskhand.console import forks, present, selectors, story
+from deskhand.console.forms import NOTE_MAX
 from deskhand.desk.models import Membership
 
 
@@ -69,6 +70,7 @@ def panel_context(run: Run, membership: Membership) -> dict[str, Any]:
         "started_exact": story.exact(run.created_at),
         "actions_sig": actions_signature(run, [str(a.pk) for a, _ in pending]),
         "run_path": reverse("console:run", kwargs={"run_id": run.pk}),
+        "note_max": NOTE_MAX,
         "redactions": present.redaction_views(run),
         "workflow_findings": outside,
         "started_outside": selectors.started_outside(outside, run),

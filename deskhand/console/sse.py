@@ -15,7 +15,11 @@ half-typed note is not wiped by every step), and ``event: done`` when the run
 is terminal, after which it closes. A browser that reconnects
 sends ``Last-Event-ID`` (the last seq it saw) and gets exactly the steps after
 it. The runs-list stream sends ``event: changed`` (coalesced) when any run of
-the merchant writes a step.
+the merchant writes a step. The menu's counters ride on whichever stream the page has
+(``counts``), or on their own (``/attention/stream``) on a page without one.
+
+Over 400 lines because the three streams share one listener, one framing and one way of
+borrowing a database connection; they read best side by side.
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ import asyncio
 import contextlib
 import dataclasses
 import logging
+import time
 import uuid
 import weakref
 from collections.abc import AsyncIterator
@@ -37,6 +42,7 @@ from django.views.decorators.http import require_GET
 
 from agent.models import TERMINAL_STATUSES, Run
 from deskhand.console import runpage
+from deskhand.console.attention import attention_counts
 from deskhand.console.decorators import current_membership
 from deskhand.desk.models import Membership
 
@@ -47,6 +53,9 @@ TAIL_SECONDS = 3.0  # re-read the table this often even without a notification
 KEEPALIVE_SECONDS = 15.0
 COALESCE_SECONDS = 0.2  # the runs list refreshes at most this often
 RESYNC = "*"
+# Decisions, expiries and escalations write no step at once: the counters re-count anyway.
+COUNTS_TAIL_SECONDS = 5.0
+COUNTS_MIN_SECONDS = 1.0  # a stream carrying counters beside its steps re-counts at most this often
 
 
 # --- one LISTEN per process ---------------------------------------------------------
@@ -229,13 +238,17 @@ async def run_events(
     """Steps after ``after`` as they commit, until the run is terminal."""
     h = hub()
     queue = h.subscribe(str(run_id))
+    counts = Counts(membership.merchant_id)
     try:
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(h.listening.wait(), timeout=2.0)
         yield "retry: 1000\n\n"
+        await counts.baseline()
         last, quiet = after, 0.0
         while True:
             batch = await sync_to_async(_read_run)(request, run_id, last, membership, actions_sig)
+            if changed := await counts.changed():
+                yield frame("counts", changed)
             for seq, html in batch.steps:
                 yield frame("step", html, seq)
                 last = seq
@@ -320,13 +333,22 @@ async def list_events(merchant_id: int) -> AsyncIterator[str]:
     h = hub()
     queue = h.subscribe(RESYNC)
     known: dict[str, bool] = {}
+    counts = Counts(merchant_id)
     try:
         yield "retry: 2000\n\n"
+        await counts.baseline()
+        quiet = 0.0
         while True:
-            payloads = await _next(queue, KEEPALIVE_SECONDS)
+            payloads = await _next(queue, COUNTS_TAIL_SECONDS)
+            if changed := await counts.changed():
+                yield frame("counts", changed)
             if not payloads:
-                yield ": keep-alive\n\n"
+                quiet += COUNTS_TAIL_SECONDS
+                if quiet >= KEEPALIVE_SECONDS:
+                    yield ": keep-alive\n\n"
+                    quiet = 0.0
                 continue
+            quiet = 0.0
             await asyncio.sleep(COALESCE_SECONDS)
             while not queue.empty():
                 payloads.append(queue.get_nowait())
@@ -359,3 +381,78 @@ async def runs_stream(request: HttpRequest) -> HttpResponseBase:
     if membership is None:
         return HttpResponse("Not a member of any merchant.", status=403, content_type="text/plain")
     return _stream(list_events(membership.merchant_id))
+
+
+# --- the navigation's counters, on every page ------------------------------------------
+
+
+class Counts:
+    """The navigation's counters for a stream that carries them beside its own events: the
+    page was rendered with them, so only a change is sent (at most every few seconds)."""
+
+    def __init__(self, merchant_id: int) -> None:
+        self.merchant_id = merchant_id
+        self.last = ""
+        self.at = 0.0
+
+    async def baseline(self) -> None:
+        self.last = await sync_to_async(_counts_html)(self.merchant_id)
+        self.at = time.monotonic()
+
+    async def changed(self) -> str:
+        """The counters' swap if they changed since last sent, else ""."""
+        if time.monotonic() - self.at < COUNTS_MIN_SECONDS:
+            return ""
+        html = await sync_to_async(_counts_html)(self.merchant_id)
+        self.at = time.monotonic()
+        if html == self.last:
+            return ""
+        self.last = html
+        return html
+
+
+def _counts_html(merchant_id: int) -> str:
+    try:
+        counts = attention_counts(merchant_id=merchant_id)
+        return render_to_string("console/_counts.html", {"attention": counts, "oob": True})
+    finally:
+        _release_connection()
+
+
+async def count_events(merchant_id: int) -> AsyncIterator[str]:
+    """The Attention and Approvals counters (``event: counts``, out-of-band spans) whenever
+    they change: on a step of any run (coalesced) and every few seconds regardless."""
+    h = hub()
+    queue = h.subscribe(RESYNC)
+    last = ""
+    try:
+        yield "retry: 2000\n\n"
+        quiet = 0.0
+        while True:
+            html = await sync_to_async(_counts_html)(merchant_id)
+            if html != last:
+                yield frame("counts", html)
+                last, quiet = html, 0.0
+            woke = await _next(queue, COUNTS_TAIL_SECONDS)
+            if woke:
+                await asyncio.sleep(COALESCE_SECONDS)
+                while not queue.empty():
+                    queue.get_nowait()
+            else:
+                quiet += COUNTS_TAIL_SECONDS
+                if quiet >= KEEPALIVE_SECONDS:
+                    yield ": keep-alive\n\n"
+                    quiet = 0.0
+    finally:
+        h.unsubscribe(RESYNC, queue)
+
+
+@require_GET
+async def counts_stream(request: HttpRequest) -> HttpResponseBase:
+    user = await request.auser()
+    if not user.is_authenticated:
+        return HttpResponse("Sign in first.", status=403, content_type="text/plain")
+    membership = await sync_to_async(_membership)(request)
+    if membership is None:
+        return HttpResponse("Not a member of any merchant.", status=403, content_type="text/plain")
+    return _stream(count_events(membership.merchant_id))

@@ -4,19 +4,23 @@ from __future__ import annotations
 
 from django.urls import path
 
-from deskhand.console import approval_views, keys_views, replay_views, sse, views
+from deskhand.console import approval_views, keys_views, replay_views, search_views, sse, views
 
 app_name = "console"
 
 urlpatterns = [
     path("", views.home, name="home"),
     path("attention/", views.attention_list, name="attention"),
+    path("attention/stream", sse.counts_stream, name="counts_stream"),
+    path("search/", search_views.search, name="search"),
     path("tickets/", views.tickets, name="tickets"),
     path("tickets/<str:reference>/", views.ticket, name="ticket"),
     path("tickets/<str:reference>/run", views.ticket_run, name="ticket_run"),
     path("runs/", views.runs, name="runs"),
     path("runs/stream", sse.runs_stream, name="runs_stream"),
     path("runs/<uuid:run_id>/", views.run, name="run"),
+    # The 8-character id every table shows is an address too (redirects to the full id).
+    path("runs/<str:short>/", search_views.run_short, name="run_short"),
     path("runs/<uuid:run_id>/stream", sse.run_stream, name="run_stream"),
     path("runs/<uuid:run_id>/steps", views.run_steps, name="run_steps"),
     path("runs/<uuid:run_id>/cancel", views.run_cancel_view, name="run_cancel"),

@@ -308,7 +308,15 @@ def run_steer_view(request: ConsoleRequest, run_id: uuid.UUID) -> HttpResponse:
         return refuse(request, 404, NOT_FOUND)
     form = forms.SteerForm(request.POST)
     if not form.is_valid():
-        return refuse(request, 400, forms.first_error(form))
+        # Answered on the run page, the note kept in its box: never cut, never lost.
+        context = {
+            **runpage.panel_context(found, request.membership),
+            **runpage.steps_context(found, can_act=request.membership.can_act),
+            "live": "sse",
+            "steer_error": forms.steer_refusal(form),
+            "steer_body": str(request.POST.get("body", "")),
+        }
+        return render(request, "console/run.html", context, status=400)
     try:
         run_steer(run=found, user=request.user, body=form.cleaned_data["body"], channel="web")
     except SteerRefused as exc:

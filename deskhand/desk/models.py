@@ -111,6 +111,7 @@ class SupportAddress(models.Model):
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
+        verbose_name_plural = "support addresses"
         constraints = [
             models.UniqueConstraint(Lower("address"), name="support_address_unique_ci"),
             models.UniqueConstraint(

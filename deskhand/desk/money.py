@@ -51,3 +51,41 @@ def format_micros(micros: int) -> str:
     whole, fraction = divmod(abs(micros), 1_000_000)
     digits = f"{fraction:06d}".rstrip("0").ljust(2, "0")
     return f"{sign}${whole}.{digits}"
+
+
+class AmountRefused(ValueError):
+    """Typed money that is not an amount; the message is one sentence for the person who typed it."""
+
+
+def parse_amount(text: str, currency: str = "USD") -> int:
+    """What a person typed in the order's currency, as integer cents.
+
+    People type money as they read it: ``"150"`` and ``"150.00"`` are both 150 of the
+    currency (15000 cents), ``"1.5"`` is 1.50, ``"$1,250.00"`` is 1250.00. More than two
+    decimals, a negative amount, or anything that is not a number is refused with a
+    sentence: never rounded, never guessed. Parsed as text, so no float touches it.
+    """
+    raw = str(text).strip()
+    shown = raw[:40]
+    symbol = SYMBOLS.get(currency, "")
+    cleaned = raw
+    if symbol and cleaned.startswith(symbol):
+        cleaned = cleaned[len(symbol) :]
+    if cleaned.upper().endswith(currency.upper()):
+        cleaned = cleaned[: -len(currency)]
+    cleaned = cleaned.strip().replace(",", "").replace("\u00a0", "").replace(" ", "")
+    if not cleaned:
+        raise AmountRefused("Type an amount, for example 12 or 12.50.")
+    if cleaned.startswith("-"):
+        raise AmountRefused(f"{shown!r} is negative: type the amount to refund, more than 0.")
+    whole, _, fraction = cleaned.partition(".")
+    digits_ok = (whole == "" or (whole.isascii() and whole.isdigit())) and (
+        fraction == "" or (fraction.isascii() and fraction.isdigit())
+    )
+    if not digits_ok or (not whole and not fraction) or len(whole) > 12:
+        raise AmountRefused(f"{shown!r} is not an amount: type it like 12 or 12.50.")
+    if len(fraction) > 2:
+        raise AmountRefused(
+            f"{shown!r} has more than two decimals: money is counted to the cent (like 12.50)."
+        )
+    return int(whole or "0") * 100 + int(fraction.ljust(2, "0") or "0")

@@ -100,7 +100,7 @@ def test_a_decision_is_made_once(gate, fake_dbos):
     )
     second = c.post(f"/approvals/{gate.pk}/decide", {"decision": "approve"})
     assert second.status_code == 409
-    assert "already denied" in second.content.decode()
+    assert f"Already denied by {NW_OWNER} at " in second.content.decode()
     gate.refresh_from_db()
     assert gate.status == "denied"
 

@@ -101,3 +101,22 @@ def test_related_records_are_linked(history):
     assert reverse("admin:approvals_approval_change", args=[entry.approval_id]) in body
     run_page = c.get(reverse("admin:agent_run_change", args=[entry.run_id])).content.decode()
     assert f"run__id__exact={entry.run_id}" in run_page
+
+
+def test_the_audit_desk_names_its_tables_in_english(seeded):
+    body = client_for(AUDITOR).get("/admin/").content.decode()
+    assert "Approval policies" in body and "Webhook deliveries" in body
+    for model in admin.site._registry:
+        plural = str(model._meta.verbose_name_plural)
+        assert not plural.endswith(("ys", "sss")) or plural.endswith(("days", "keys")), plural
+
+
+def test_runs_are_listed_newest_first_in_columns_that_fit(seeded):
+    from tests.console.conftest import make_run
+
+    older = make_run("NW-1", status="succeeded")
+    newer = make_run("NW-2", status="succeeded")
+    Run.objects.filter(pk=older.pk).update(created_at=newer.created_at.replace(year=2020))
+    body = client_for(AUDITOR).get(changelist(Run)).content.decode()
+    assert body.index(str(newer.pk)[:8]) < body.index(str(older.pk)[:8])
+    assert "<th" in body and "provider" not in body.split("<thead>", 1)[1].split("</thead>", 1)[0]

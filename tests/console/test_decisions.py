@@ -47,7 +47,8 @@ def _decide(data: dict[str, str], gate: Approval, who: str = NW_OWNER):
 def test_the_inbox_offers_the_fields_the_registry_lets_a_person_narrow(gate):
     body = client_for(NW_OWNER).get("/approvals/").content.decode()
     assert "Approve with changes" in body
-    assert 'name="change-amount_cents"' in body and 'max="4800"' in body
+    assert 'name="amount-amount_cents"' in body and 'data-max-cents="4800"' in body
+    assert 'value="48.00"' in body and "150 and 150.00 both mean $150.00" in body
     assert 'name="change-order_reference"' not in body  # never offered: not narrowable
 
 
@@ -195,7 +196,7 @@ def test_an_owner_saves_a_rule_as_a_new_version_with_one_audit_event(seeded):
     again = c.post("/policy/", {**RULE, "action": "save"})
     assert again.status_code == 409 and "already in force (version 1)" in again.content.decode()
     page = c.get("/policy/").content.decode()
-    assert "In force: version 1" in page and "send_customer_email" in page
+    assert "In force: version 1" in page and "email the customer" in page
 
 
 @pytest.mark.parametrize(

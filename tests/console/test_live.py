@@ -261,3 +261,34 @@ def test_the_runs_list_stream_says_changed_for_this_merchant_only(web_server):
         assert event.at - committed < 1.0
     finally:
         reader.close()
+
+
+def test_the_menu_counters_follow_what_waits_for_a_person(web_server):
+    """Issue 29: the Attention and Approvals counters update on every page, live: an approval
+    that opens (no step of this stream's own) is counted within the re-count interval."""
+    from tests.console.conftest import make_approval
+
+    run = make_run("NW-1", status="awaiting_approval")
+    reader = SSEReader(web_server, "/attention/stream", session_cookie(NW_OWNER))
+    try:
+        first = reader.next(timeout=5)
+        assert first is not None and first.event == "counts"
+        assert 'id="count-approvals"' in first.data and 'aria-label="0 pending"' in first.data
+        make_approval(run)
+        event = reader.next(timeout=10)
+        assert event is not None and event.event == "counts"
+        assert (
+            'aria-label="1 pending">1</span>' in event.data and 'hx-swap-oob="true"' in event.data
+        )
+    finally:
+        reader.close()
+    # Another merchant's approval never moves Lumen's counters.
+    lumen = SSEReader(web_server, "/attention/stream", session_cookie(LU_OWNER))
+    try:
+        first = lumen.next(timeout=5)
+        assert first is not None and 'aria-label="0 pending"' in first.data
+        make_approval(make_run("NW-2", status="awaiting_approval"), order="NW-0918")
+        with pytest.raises(queue.Empty):
+            lumen.next(timeout=6)
+    finally:
+        lumen.close()

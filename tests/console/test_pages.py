@@ -61,7 +61,7 @@ def test_each_page_renders_its_content_without_javascript(world):
         "/runs/": str(run.pk)[:8],
         f"/runs/{run.pk}/": "The beans taste flat.",
         f"/runs/{run.pk}/steps": "Timeline",
-        "/approvals/": "Refund 19.00 USD against order NW-1042",
+        "/approvals/": "Refund $19.00 on order NW-1042",
         "/usage/": "Model spend",
     }
     for url in pages(run, approval):
@@ -165,7 +165,8 @@ def test_the_inbox_lays_arguments_beside_the_order_and_flags_escalation(world):
     Approval.objects.filter(pk=approval.pk).update(escalated_at=timezone.now())
     body = client_for(NW_OWNER).get("/approvals/").content.decode()
     for fact in (
-        "$19.00 (1900 cents)",
+        "<dt>Amount</dt><dd>$19.00</dd>",  # words; the codes are one click away:
+        '<dt class="mono">amount_cents</dt><dd><pre>1900</pre></dd>',
         "NW-1042",
         "Refunded so far",
         "Left to refund",
@@ -189,7 +190,7 @@ def test_the_card_keeps_the_agents_reason_apart_from_the_order_record():
     assert "The agent&#x27;s reason (not checked)" in claims and "stale beans" in claims
     # The reason is not listed among the arguments as if it were a fact.
     arguments = facts.split('aria-label="What the agent asks to do"', 1)[1]
-    assert "<dt>amount_cents</dt>" in arguments and "<dt>reason</dt>" not in arguments
+    assert "<dt>Amount</dt>" in arguments and "<dt>Reason</dt>" not in arguments
 
 
 @pytest.mark.parametrize(

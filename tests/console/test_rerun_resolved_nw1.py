@@ -1,16 +1,19 @@
-"""Acceptance, end to end with real DBOS and the scripted provider, through the console:
-re-running resolved NW-1 warns first; the refund it then proposes is labelled as the shipping
-it is; denying it does not bring the same proposal back; and an escalated NW-3 run appears in
-the attention queue, the navigation counter and the runs list's money column."""
+"""Acceptance, end to end with real DBOS and the keyless provider, through the console:
+re-running resolved NW-1 warns first, then proposes no second refund (the goods went back, and
+the shipping left is not the policy's to refund); a re-run after a narrower approval does not
+ask for the remainder; a fork from step 1 of the refunded ticket recognises the refund; and an
+escalated NW-3 run appears in the attention queue, the navigation counter and the runs list's
+money column."""
 
 from __future__ import annotations
 
 import pytest
 
 from agent.models import Run
+from agent.replay.fork import fork_run
 from approvals.models import Approval
 from deskhand.desk.models import Refund, Ticket
-from tests.console.conftest import NW_OWNER, client_for
+from tests.console.conftest import NW_OWNER, client_for, user
 from tests.durability.helpers import decide, pending_approval, start
 from tests.fixtures.dbos import wait_for_run, wait_parked, wait_terminal
 
@@ -27,21 +30,19 @@ def settle(run_id: str) -> Run:
     )
 
 
-def _rerun_from_the_console(owner) -> Run:
+def _rerun_from_the_console(owner, done: str = "$38.00") -> Run:
     before = set(Run.objects.values_list("pk", flat=True))
     warning = owner.post("/tickets/NW-1/run")
     body = warning.content.decode()
     assert warning.status_code == 200 and 'id="rerun-warning"' in body
-    assert "Refunded $38.00 against NW-1042" in body  # what was already done, shown first
+    assert f"Refunded {done} against NW-1042" in body  # what was already done, shown first
     assert Run.objects.count() == len(before)  # the warning starts nothing
     started = owner.post("/tickets/NW-1/run", {"confirm": "rerun"})
     assert started.status_code == 302
     return Run.objects.exclude(pk__in=before).get()
 
 
-def test_re_running_resolved_nw1_warns_labels_shipping_and_never_re_asks_a_denial(
-    dbos_executor,
-):
+def test_re_running_resolved_nw1_warns_then_proposes_no_second_refund(dbos_executor):
     first = wait_parked(str(start("NW-1", NW_OWNER).id))
     assert "goods only, not shipping" in pending_approval(first).arguments["reason"]
     decide(first, NW_OWNER)
@@ -49,31 +50,43 @@ def test_re_running_resolved_nw1_warns_labels_shipping_and_never_re_asks_a_denia
     assert Ticket.objects.get(reference="NW-1").status == "resolved"
 
     owner = client_for(NW_OWNER)
-    second = settle(str(_rerun_from_the_console(owner).pk))
-    card = pending_approval(second)
-    # Only the shipping is left on NW-1042, and the card says so.
-    assert card.arguments["amount_cents"] == 1000
-    assert card.arguments["reason"].startswith("[scripted provider] Shipping only, not goods")
-    assert "goods only" not in card.arguments["reason"]
+    second = wait_terminal(str(_rerun_from_the_console(owner).pk))
+    assert second.status == "succeeded", second.summary
+    # The shipping left on NW-1042 is not proposed: the policy does not cover it, and a
+    # person already approved what was due on the order.
+    assert not Approval.objects.filter(run=second, tool="issue_refund").exists()
+    assert "38.00 USD went back on NW-1042 already" in second.summary
+    assert Ticket.objects.get(reference="NW-1").status == "resolved"
+    assert [r.amount_cents for r in Refund.objects.all()] == [3800]
 
-    # Deny it on the web: without a reason the form comes back; with one, it is recorded.
-    assert owner.post(f"/approvals/{card.pk}/decide", {"decision": "deny"}).status_code == 400
-    response = owner.post(
-        f"/approvals/{card.pk}/decide",
-        {"decision": "deny", "reason": "The goods were refunded; shipping stays."},
+
+def test_a_re_run_after_a_narrower_approval_does_not_ask_for_the_remainder(dbos_executor):
+    first = wait_parked(str(start("NW-1", NW_OWNER).id))
+    gate = pending_approval(first)
+    response = client_for(NW_OWNER).post(
+        f"/approvals/{gate.pk}/decide",
+        {"decision": "approve", "tool": "issue_refund", "amount-amount_cents": "20"},
     )
     assert response.status_code == 302
-    second = wait_terminal(str(second.id))
-    assert second.status == "succeeded", second.summary
-    # Not asked again in the run (its reply to the customer is approved by the owner's rule).
-    assert Approval.objects.filter(run=second, tool="issue_refund").count() == 1
-    assert Ticket.objects.get(reference="NW-1").status == "resolved"  # a decline leaves it so
+    assert wait_terminal(str(first.id)).status == "succeeded"
+    assert [r.amount_cents for r in Refund.objects.all()] == [2000]
 
-    third = settle(str(_rerun_from_the_console(owner).pk))
-    assert third.status == "succeeded", third.summary
-    # The denied refund is not proposed (only its reply to the customer is, by the owner's rule).
-    assert not Approval.objects.filter(run=third, tool="issue_refund").exists()
-    assert "already declined this in an earlier run" in third.summary
+    again = wait_terminal(str(_rerun_from_the_console(client_for(NW_OWNER), "$20.00").pk))
+    assert again.status == "succeeded", again.summary
+    assert not Approval.objects.filter(run=again, tool="issue_refund").exists()  # no remainder
+    assert "20.00 USD went back on NW-1042 already" in again.summary
+    assert [r.amount_cents for r in Refund.objects.all()] == [2000]
+
+
+def test_a_fork_from_step_1_of_a_refunded_ticket_recognises_the_refund(dbos_executor):
+    first = wait_parked(str(start("NW-1", NW_OWNER).id))
+    decide(first, NW_OWNER)
+    first = wait_terminal(str(first.id))
+    fork = wait_terminal(str(fork_run(run=first, seq=1, user=user(NW_OWNER)).pk))
+    assert fork.status == "succeeded", fork.summary
+    # Nothing proposed whose own reason says the policy does not cover it.
+    assert not Approval.objects.filter(run=fork, tool="issue_refund").exists()
+    assert "went back on NW-1042 already" in fork.summary
     assert [r.amount_cents for r in Refund.objects.all()] == [3800]
 
 

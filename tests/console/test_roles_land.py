@@ -52,7 +52,7 @@ def test_a_member_sees_no_audit_desk_link_and_an_auditor_no_dead_console_links(s
     refused = client_for(AUDITOR).post("/tickets/NW-1/run")
     assert refused.status_code == 403
     body = refused.content.decode()
-    nav = body[body.index('<nav aria-label="Console">') :].split("</nav>", 1)[0]
+    nav = body[body.index('<nav aria-label="Console"') :].split("</nav>", 1)[0]
     assert 'href="/admin/"' in nav and 'href="/tickets/"' not in nav
 
 

@@ -70,4 +70,5 @@ def test_the_run_page_offers_a_no_javascript_refresh_while_live(seeded):
     run.status = "succeeded"
     run.save()
     body = c.get(f"/runs/{run.pk}/").content.decode()
-    assert "noscript" not in body and "sse-connect" not in body
+    assert "noscript" not in body and f"/runs/{run.pk}/stream" not in body
+    assert 'sse-connect="/attention/stream"' in body  # only the menu's counters stay live

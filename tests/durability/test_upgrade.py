@@ -22,7 +22,9 @@ from django.db import connection
 from agent.ledger.models import LedgerEntry
 from agent.models import TERMINAL_STATUSES, Run, Step
 from agent.ops.health import health_report
+from agent.providers import clear_overrides, install_override
 from agent.providers.policy import PolicyProvider
+from agent.providers.scripted import ScriptedProvider, call
 from approvals.models import Approval, AuditEvent
 from approvals.services import approval_decide
 from deskhand.dbos.engine.deploys import runs_move_version
@@ -263,6 +265,22 @@ def test_the_loader_takes_a_schema_that_grew_since_recording(executor_stopped, f
                 cur.execute(f"ALTER TABLE {table} DROP COLUMN {column.split()[0]}")
 
 
+# The recorded NW-1 run's calls up to its gate (tests/fixtures/parked/nw1_at_gate.json).
+NW1_TO_THE_GATE = [
+    [call("get_ticket", reference="NW-1")],
+    [call("get_order", reference="NW-1042")],
+    [call("search_kb", query="refund policy")],
+    [
+        call(
+            "issue_refund",
+            order_reference="NW-1042",
+            amount_cents=1000,
+            reason="The shipping, asked of a person.",
+        )
+    ],
+]
+
+
 def test_the_parked_run_keeps_the_plain_model_step_and_a_fresh_run_takes_the_rate_limited_one(
     executor_stopped, fixture, settings
 ):
@@ -291,8 +309,14 @@ def test_the_parked_run_keeps_the_plain_model_step_and_a_fresh_run_takes_the_rat
     assert "model" in later, later
     assert not any(n.startswith(("deskhand.limited_call", "DBOS.patch-model")) for n in later)
 
-    fresh = str(start(fixture["ticket"], parked_fixture.STARTED_BY).id)
-    wait_for_run(fresh, lambda r: parked_fixture.is_parked(str(r.pk)))
+    # NW-1042's goods went back above, and the keyless agent no longer asks again on an
+    # order a person already refunded (issue 29): the fresh run plays the recorded path.
+    install_override("*", ScriptedProvider(NW1_TO_THE_GATE))
+    try:
+        fresh = str(start(fixture["ticket"], parked_fixture.STARTED_BY).id)
+        wait_for_run(fresh, lambda r: parked_fixture.is_parked(str(r.pk)))
+    finally:
+        clear_overrides()
     names = parked_fixture.workflow_step_names(fresh)
     assert "DBOS.patch-one-step-turns" in names and "model" not in names
     assert names.count("deskhand.limited_call") >= 1 and "DBOS.getResult" not in names

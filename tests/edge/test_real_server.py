@@ -113,6 +113,7 @@ class World:
             "open": self.open_run,
             "done": self.done_run,
             "approval": self.approval,
+            "short": self.open_run[:8],
             "run_ct": self.run_ct,
         }
 
@@ -188,6 +189,8 @@ def fill(t: Template, w: World) -> str:
         return t.fill(["NW-1"])
     if head == "approvals/":
         return t.fill([w.approval])
+    if head == "runs/" and t.converters == ("str",):
+        return t.fill([w.open_run[:8]])  # the short id
     if head == "runs/":
         last = t.parts[-1]
         run = w.done_run if last in ("/cancel", "/undo") else w.open_run
@@ -299,12 +302,16 @@ TABLE: dict[str, dict[str, str]] = {
     "/admin/r/{run_ct}/{open}/": {m: "AL AL AL AL AL 404" for m in ("GET", "HEAD", "POST")},
     "/": {"GET": PAGE, "HEAD": PAGE},
     "/attention/": {"GET": PAGE, "HEAD": PAGE},
+    "/attention/stream": {"GET": "403 200 200 200 200 403"},
+    "/search/": {"GET": PAGE, "HEAD": PAGE},
     "/tickets/": {"GET": PAGE, "HEAD": PAGE},
     "/tickets/NW-1/": {"GET": "L 200 200 200 404 A", "HEAD": "L 200 200 200 404 A"},
     "/tickets/NW-1/run": {"POST": "L 403 409 409 404 403"},
     "/runs/": {"GET": PAGE, "HEAD": PAGE},
     "/runs/stream": {"GET": "403 200 200 200 200 403"},
     "/runs/{open}/": {"GET": "L 200 200 200 404 A", "HEAD": "L 200 200 200 404 A"},
+    # The short id every table shows: on to the full id, within the merchant only.
+    "/runs/{short}/": {"GET": "L 302 302 302 404 A", "HEAD": "L 302 302 302 404 A"},
     "/runs/{open}/stream": {"GET": "403 200 200 200 404 404"},
     "/runs/{open}/steps": {"GET": "L 200 200 200 404 A", "HEAD": "L 200 200 200 404 A"},
     "/runs/{done}/cancel": {"POST": "L 403 409 409 404 403"},

@@ -168,22 +168,34 @@ def test_the_refund_follows_the_items_on_the_order() -> None:
 
 def test_the_refund_is_capped_by_what_is_left_on_the_order() -> None:
     world = World()
-    world.orders["NW-1042"].update(refunded_cents=3800, refundable_cents=1000)
+    world.orders["NW-1042"].update(refunded_cents=0, refundable_cents=2000)
 
     t = drive(PolicyProvider(), world, "NW-1")
 
-    assert [a["amount_cents"] for a in t.args("issue_refund")] == [1000]
+    assert [a["amount_cents"] for a in t.args("issue_refund")] == [2000]
 
 
-def test_nothing_refundable_means_no_request() -> None:
+@pytest.mark.parametrize(
+    ("refunded", "refundable", "said"),
+    [
+        (3800, 1000, "38.00 USD went back on NW-1042 already"),  # the shipping is left
+        (2000, 2800, "20.00 USD went back on NW-1042 already"),  # a person narrowed it
+        (4800, 0, "48.00 USD went back on NW-1042 already"),  # nothing is left
+    ],
+)
+def test_money_already_back_on_the_order_is_a_decision_not_a_remainder(
+    refunded: int, refundable: int, said: str
+) -> None:
+    """Issue 29: a re-run or a fork of a refunded ticket proposes neither the shipping the
+    policy does not cover nor the rest of what a person narrowed."""
     world = World()
-    world.orders["NW-1042"].update(refunded_cents=4800, refundable_cents=0)
+    world.orders["NW-1042"].update(refunded_cents=refunded, refundable_cents=refundable)
 
     t = drive(PolicyProvider(), world, "NW-1")
 
-    assert t.irreversible == []
-    assert t.args("set_ticket_status") == [{"reference": "NW-1", "status": "escalated"}]
-    assert "Nothing is left to refund" in t.final
+    assert t.args("issue_refund") == []
+    assert t.args("set_ticket_status") == [{"reference": "NW-1", "status": "resolved"}]
+    assert said in t.final and "propose no further refund" in t.final
 
 
 def test_decisions_come_from_facts_not_ticket_references() -> None:

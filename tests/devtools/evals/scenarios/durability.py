@@ -10,6 +10,7 @@ from __future__ import annotations
 from agent.ledger.effect import execute_irreversible
 from agent.ledger.models import LedgerEntry
 from agent.models import Run, Step
+from agent.providers.scripted import ScriptedProvider, call, say
 from agent.run import faults
 from deskhand.desk.models import Refund
 from tests.devtools.evals.harness import APPROVE, LEAVE, Harness, deny, expect, expect_eq
@@ -75,15 +76,15 @@ def a_fork_never_pays_twice(h: Harness) -> None:
 
 @scenario(
     "durability",
-    "a fork that re-derives a different refund is asked again, shown the lineage's refund",
+    "a fork that proposes a different refund is asked again, shown the lineage's refund",
 )
 def a_re_derived_different_refund_is_asked_again(h: Harness) -> None:
     first = h.start("NW-1")
     h.drive(first, APPROVE)
-    # The policy reader re-derives its refund from the order, now partly refunded: another
-    # amount on the same order. That is a new effect, not a mismatch: a person is asked, and
-    # the card says what the lineage already paid.
-    fork = h.start("NW-1", forked_from=first)
+    # The fork's model proposes another amount on the same order (the keyless policy reader
+    # no longer does: money already back on an order is a decision, issue 29). That is a new
+    # effect, not a mismatch: a person is asked, and the card says what the lineage paid.
+    fork = h.start("NW-1", nw1_other_amount(), forked_from=first)
     t = h.drive(fork, deny("Already refunded."))
     expect_eq((t.status, t.stop_reason), ("succeeded", "end_turn"), "fork's terminal state")
     [card] = t.approvals
@@ -95,6 +96,42 @@ def a_re_derived_different_refund_is_asked_again(h: Harness) -> None:
     expect_eq(Refund.objects.count(), 1, "refunds in the world")
     summary = Run.objects.get(pk=fork.pk).summary
     expect("Inherited from the lineage" in summary, "the fork's summary names what it inherited")
+
+
+def nw1_other_amount() -> ScriptedProvider:
+    return ScriptedProvider(
+        [
+            [call("get_ticket", reference="NW-1")],
+            [call("get_order", reference="NW-1042")],
+            [
+                call(
+                    "issue_refund",
+                    order_reference="NW-1042",
+                    amount_cents=1000,
+                    reason="The shipping as well.",
+                )
+            ],
+            [say("Asked for the shipping too.")],
+        ],
+        model="scripted-nw1-other-amount",
+    )
+
+
+@scenario(
+    "durability",
+    "the policy reader's fork of a refunded ticket sees the refund and proposes nothing more",
+)
+def a_fork_of_a_refunded_ticket_proposes_nothing_more(h: Harness) -> None:
+    first = h.start("NW-1")
+    h.drive(first, APPROVE)
+    fork = h.start("NW-1", forked_from=first)
+    t = h.drive(fork)
+    expect_eq((t.status, t.stop_reason), ("succeeded", "end_turn"), "fork's terminal state")
+    refunds_asked = [a for a in t.approvals if a.tool == "issue_refund"]
+    expect_eq(refunds_asked, [], "refunds the fork asked for")
+    expect_eq(Refund.objects.count(), 1, "refunds in the world")
+    summary = Run.objects.get(pk=fork.pk).summary
+    expect("went back on NW-1042 already" in summary, "the fork's summary names the refund")
 
 
 @scenario("durability", "a decision sent while the executor is down is not lost; the run pays once")
