@@ -166,12 +166,14 @@ CHECKS: tuple[Check, ...] = (
 )
 
 
-def bounds_check(run_id: str, now_iso: str | None = None) -> Hit | None:
+def bounds_check(run_id: str, now_iso: str | None = None, run: Run | None = None) -> Hit | None:
     """The first bound this run has hit, as ``{"reason", "detail"}``; ``None`` if none.
 
     Run as a step: the clock is read here, inside it, and the answer is checkpointed.
+    ``run``: the run as the caller just read it, with its merchant (not read again).
     """
-    run = Run.objects.select_related("merchant").get(pk=run_id)
+    if run is None:
+        run = Run.objects.select_related("merchant").get(pk=run_id)
     if not run.is_active:
         # Cancelled (or closed) while working: no further model call; the loop's run.finish
         # then writes nothing, and the cancel keeps the last line of the step log.
@@ -184,17 +186,18 @@ def bounds_check(run_id: str, now_iso: str | None = None) -> Hit | None:
     return None
 
 
-def bounds_step(run_id: str) -> dict[str, Any]:
+def bounds_step(run_id: str, run: Run | None = None) -> dict[str, Any]:
     """``bounds_check`` as the loop's step: the hit, or how many steps are left (``steps_left``).
 
     A reply with many tool calls is counted against the step cap one call at a time, so the
     loop needs the remainder, not only whether the cap is already reached. (Older checkpoints
-    of this step hold ``None`` or a hit; the loop reads both.)
+    of this step hold ``None`` or a hit; the loop reads both.) ``run``: as for ``bounds_check``.
     """
-    hit = bounds_check(run_id)
+    hit = bounds_check(run_id, run=run)
     if hit is not None:
         return hit
-    run = Run.objects.only("steps", "max_steps").get(pk=run_id)
+    if run is None:
+        run = Run.objects.only("steps", "max_steps").get(pk=run_id)
     return {"steps_left": max(run.max_steps - run.steps, 0)}
 
 

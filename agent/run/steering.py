@@ -91,10 +91,11 @@ def notes_record(run_id: str, seq: int, messages: list[Any]) -> list[dict[str, A
     return out
 
 
-def _recorded_notes(run_id: str, seq: int) -> list[dict[str, Any]] | None:
+def _recorded_notes(run_id: str, seq: int, run: Run | None = None) -> list[dict[str, Any]] | None:
     """The notes a NOTE row at ``seq`` already handed over — this run's, or for a fork replaying
     a turn before its fork point, the parent's (``None`` when there is no such row)."""
-    run = Run.objects.only("forked_from_id", "fork_step").get(pk=run_id)
+    if run is None:
+        run = Run.objects.only("forked_from_id", "fork_step").get(pk=run_id)
     while run.forked_from_id is not None and run.fork_step and seq < run.fork_step:
         run = Run.objects.only("forked_from_id", "fork_step").get(pk=run.forked_from_id)
     step = Step.objects.filter(run=run, seq=seq, kind=StepKind.NOTE).first()
@@ -104,7 +105,7 @@ def _recorded_notes(run_id: str, seq: int) -> list[dict[str, Any]] | None:
     return [{"author": n.author, "body": n.body} for n in notes]
 
 
-def notes_take(run_id: str, seq: int) -> dict[str, Any]:
+def notes_take(run_id: str, seq: int, locked: Run | None = None) -> dict[str, Any]:
     """Inside the model step: take the notes left since the last turn, recorded at ``seq``.
 
     Runs that took the ``one-step-turns`` patch read notes from the ``StaffNote`` table here
@@ -113,12 +114,17 @@ def notes_take(run_id: str, seq: int) -> dict[str, Any]:
     transaction. A re-executed step (a retry, a recovery, a fork re-asking the model from
     this turn) finds the row at ``seq`` and hands over the same notes again, so the
     conversation it sends is the one recorded. ``next_seq`` is where the model's row goes.
+    ``locked``: the run, read under its row lock in the caller's transaction (not read again).
     """
-    recorded = _recorded_notes(run_id, seq)
+    recorded = _recorded_notes(run_id, seq, locked)
     if recorded is not None:
         return {"notes": recorded, "next_seq": seq + 1}
     with transaction.atomic():
-        status = Run.objects.select_for_update().values_list("status", flat=True).get(pk=run_id)
+        status = (
+            locked.status
+            if locked is not None
+            else Run.objects.select_for_update().values_list("status", flat=True).get(pk=run_id)
+        )
         if status not in ACTIVE_STATUSES:
             return {"notes": [], "next_seq": seq}  # nobody will read them; bounds end the run
         notes = list(
@@ -129,6 +135,12 @@ def notes_take(run_id: str, seq: int) -> dict[str, Any]:
         if not notes:
             return {"notes": [], "next_seq": seq}
         out = [{"author": n.author_name, "body": n.body} for n in notes]
-        log_step(run_id=run_id, seq=seq, kind=StepKind.NOTE, result={"notes": out})
+        log_step(
+            run_id=run_id,
+            seq=seq,
+            kind=StepKind.NOTE,
+            result={"notes": out},
+            locked_status=None if locked is None else status,
+        )
         StaffNote.objects.filter(pk__in=[n.pk for n in notes]).update(taken_seq=seq)
     return {"notes": out, "next_seq": seq + 1}
