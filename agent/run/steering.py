@@ -105,7 +105,7 @@ def _recorded_notes(run_id: str, seq: int, run: Run | None = None) -> list[dict[
     return [{"author": n.author, "body": n.body} for n in notes]
 
 
-def notes_take(run_id: str, seq: int, locked: Run | None = None) -> dict[str, Any]:
+def notes_take(run_id: str, seq: int, run: Run | None = None) -> dict[str, Any]:
     """Inside the model step: take the notes left since the last turn, recorded at ``seq``.
 
     Runs that took the ``one-step-turns`` patch read notes from the ``StaffNote`` table here
@@ -114,33 +114,23 @@ def notes_take(run_id: str, seq: int, locked: Run | None = None) -> dict[str, An
     transaction. A re-executed step (a retry, a recovery, a fork re-asking the model from
     this turn) finds the row at ``seq`` and hands over the same notes again, so the
     conversation it sends is the one recorded. ``next_seq`` is where the model's row goes.
-    ``locked``: the run, read under its row lock in the caller's transaction (not read again).
+    ``run``: the run as the caller just read it (not read again); with it, a turn with no
+    note waiting takes no lock and writes nothing.
     """
-    recorded = _recorded_notes(run_id, seq, locked)
+    recorded = _recorded_notes(run_id, seq, run)
     if recorded is not None:
         return {"notes": recorded, "next_seq": seq + 1}
+    waiting = StaffNote.objects.filter(run_id=run_id, taken_seq__isnull=True)
+    if run is not None and not waiting.exists():
+        return {"notes": [], "next_seq": seq}
     with transaction.atomic():
-        status = (
-            locked.status
-            if locked is not None
-            else Run.objects.select_for_update().values_list("status", flat=True).get(pk=run_id)
-        )
+        status = Run.objects.select_for_update().values_list("status", flat=True).get(pk=run_id)
         if status not in ACTIVE_STATUSES:
             return {"notes": [], "next_seq": seq}  # nobody will read them; bounds end the run
-        notes = list(
-            StaffNote.objects.select_for_update()
-            .filter(run_id=run_id, taken_seq__isnull=True)
-            .order_by("created_at", "pk")
-        )
+        notes = list(waiting.select_for_update().order_by("created_at", "pk"))
         if not notes:
             return {"notes": [], "next_seq": seq}
         out = [{"author": n.author_name, "body": n.body} for n in notes]
-        log_step(
-            run_id=run_id,
-            seq=seq,
-            kind=StepKind.NOTE,
-            result={"notes": out},
-            locked_status=None if locked is None else status,
-        )
+        log_step(run_id=run_id, seq=seq, kind=StepKind.NOTE, result={"notes": out})
         StaffNote.objects.filter(pk__in=[n.pk for n in notes]).update(taken_seq=seq)
     return {"notes": out, "next_seq": seq + 1}

@@ -177,10 +177,10 @@ def turn(
     ``reply`` — the model step's own output (a reply, ``provider_error`` or ``wait``).
     """
     with transaction.atomic():
-        # One read of the run, under the row lock a cancel takes, for the notes and the bounds
-        # (and the call's provider): one transaction before the call, not six.
-        run = Run.objects.select_for_update(of=("self",)).select_related("merchant").get(pk=run_id)
-        taken = notes_take(run_id, seq, locked=run)
+        # One read of the run for the notes, the bounds and the call's provider: one
+        # transaction before the call, not six, and it writes nothing unless a note waits.
+        run = Run.objects.select_related("merchant").get(pk=run_id)
+        taken = notes_take(run_id, seq, run=run)
         if taken["next_seq"] != seq:  # a NOTE row: the run's totals moved
             run = Run.objects.select_related("merchant").get(pk=run_id)
         out: dict[str, Any] = {"notes": taken["notes"], "next_seq": taken["next_seq"]}
