@@ -94,8 +94,8 @@ def memory_runs(n: int, start: int) -> dict[str, Any]:
     per step (the approval's own write is left out of neither: it is one UPDATE)."""
     from django.db import close_old_connections
 
+    from agent import providers
     from agent.loop import run_agent
-    from agent.providers import clear_overrides, install_override
     from agent.run.services import run_create
     from agent.runtime import MemoryRuntime
     from tests.devtools.load.world import owners
@@ -107,7 +107,8 @@ def memory_runs(n: int, start: int) -> dict[str, Any]:
 
     who = owners()
     runs = [run_create(ticket=t, user=who[t.merchant_id]) for t in tickets(n, start)]
-    install_override("*", NW1Provider())
+    before = dict(providers._overrides)
+    providers.install_override("*", NW1Provider())
     cpu: list[float] = []
     wall: list[float] = []
     statuses: list[str] = []
@@ -125,8 +126,10 @@ def memory_runs(n: int, start: int) -> dict[str, Any]:
 
     try:
         asyncio.run(all_runs())
-    finally:
-        clear_overrides()
+    finally:  # whatever was installed before (the bench's own) stays
+        providers.clear_overrides()
+        for key, provider in before.items():
+            providers.install_override(key, provider)
     return {"cpu_s": cpu, "wall_s": wall, "statuses": statuses}
 
 
