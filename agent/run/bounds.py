@@ -24,16 +24,17 @@ could not be paid.
 from __future__ import annotations
 
 import datetime as dt
+import json
 import zoneinfo
 from collections.abc import Callable
 from typing import Any
 
 from django.conf import settings
-from django.db.models import Count, Q, Sum
+from django.db import connection
+from django.db.models import Sum
 from django.utils import timezone
 
-from agent.models import Run, Step
-from agent.run import payloads
+from agent.models import Run
 from agent.run.payloads import StepKind
 from agent.tools.reads import order_of_customer
 from agent.tools.registry import ToolError
@@ -131,17 +132,22 @@ def repeated_call(run: Run) -> dict[str, Any] | None:
     that keeps asking for what was refused is stopped like one that keeps
     reading the same record. An approved call is counted once, by its tool step.
     """
-    found = (
-        Step.objects.filter(run_id=run.pk)
-        .filter(Q(kind=StepKind.TOOL) | payloads.approval_denied())
-        .order_by()
-        .values("tool", "arguments")
-        .annotate(n=Count("id"))
-        .filter(n__gte=run.loop_threshold)
-        .order_by("-n", "tool")
-        .first()
-    )
-    return dict(found) if found else None
+    # In SQL, not the ORM: it runs before every model call, and its query compiled to this
+    # same statement every time (the grouping by a JSON column was most of a turn's bounds).
+    with connection.cursor() as cur:
+        cur.execute(_REPEATED, [run.pk, StepKind.TOOL, StepKind.APPROVAL, run.loop_threshold])
+        row = cur.fetchone()
+    if row is None:
+        return None
+    arguments = json.loads(row[1]) if isinstance(row[1], str) else row[1]
+    return {"tool": row[0], "arguments": arguments, "n": row[2]}
+
+
+_REPEATED = """
+SELECT tool, arguments, COUNT(id) AS n FROM agent_step
+WHERE run_id = %s AND (kind = %s OR (kind = %s AND (result -> 'event') = '"denied"'::jsonb))
+GROUP BY tool, arguments HAVING COUNT(id) >= %s ORDER BY n DESC, tool LIMIT 1
+"""
 
 
 def check_loop(run: Run, now: dt.datetime) -> Hit | None:

@@ -113,7 +113,7 @@ def log_step(
             # A run being cancelled counts as closed: its workflow may still act, its work is over.
             and status not in ACTIVE_STATUSES
         )
-        step = Step.objects.select_for_update().filter(run_id=run_id, seq=seq).first()
+        step = _step_at(run_id, seq)
         if step is not None and not _same_call(step, kind, tool, tool_call_id, digest):
             if not late:
                 raise StepConflict(
@@ -139,7 +139,7 @@ def log_step(
         stored = storable(payloads.to_json(payload))
         created = step is None
         if step is None:
-            step = Step.objects.create(
+            step = _insert(
                 run_id=run_id,
                 seq=seq,
                 function_id=current_step_id.get(),
@@ -217,6 +217,43 @@ UPDATE agent_run SET steps = steps + %s, input_tokens = input_tokens + %s,
 WHERE id = %s;
 SELECT pg_notify('deskhand_steps', %s)
 """
+
+
+def _step_at(run_id: str, seq: int) -> Step | None:
+    """The row at ``seq``, locked; None when there is none (every straight-through step)."""
+    with connection.cursor() as cur:
+        cur.execute(
+            "SELECT id FROM agent_step WHERE run_id = %s AND seq = %s FOR UPDATE", [run_id, seq]
+        )
+        row = cur.fetchone()
+    return None if row is None else Step.objects.get(pk=row[0])
+
+
+_INSERT: tuple[str, list[Any]] | None = None
+
+
+def _insert(**values: Any) -> Step:
+    """``Step.objects.create``, with the statement built once: every field's own conversion
+    (JSON, defaults, ``auto_now_add``), none of the query compiler's work on each step."""
+    global _INSERT
+    if _INSERT is None:
+        fields = [f for f in Step._meta.concrete_fields if not f.primary_key]
+        columns = ", ".join(connection.ops.quote_name(f.column) for f in fields)
+        marks = ", ".join(["%s"] * len(fields))
+        _INSERT = (
+            f"INSERT INTO {Step._meta.db_table} ({columns}) VALUES ({marks}) RETURNING id",
+            fields,
+        )
+    sql, fields = _INSERT
+    step = Step(**values)
+    params = [f.get_db_prep_save(f.pre_save(step, True), connection) for f in fields]
+    with connection.cursor() as cur:
+        cur.execute(sql, params)
+        row = cur.fetchone()
+    assert row is not None
+    step.pk = row[0]
+    step._state.adding, step._state.db = False, connection.alias
+    return step
 
 
 def _lock_run(run_id: str) -> str:
