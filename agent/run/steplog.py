@@ -238,7 +238,7 @@ def _insert(**values: Any) -> Step:
     global _INSERT
     if _INSERT is None:
         fields = [f for f in Step._meta.concrete_fields if not f.primary_key]
-        columns = ", ".join(connection.ops.quote_name(f.column) for f in fields)
+        columns = ", ".join(connection.ops.quote_name(str(f.column)) for f in fields)
         marks = ", ".join(["%s"] * len(fields))
         _INSERT = (
             f"INSERT INTO {Step._meta.db_table} ({columns}) VALUES ({marks}) RETURNING id",
@@ -264,9 +264,3 @@ def _lock_run(run_id: str) -> str:
     if row is None:
         raise Run.DoesNotExist(f"no run {run_id}")
     return str(row[0])
-
-
-def notify_step(run_id: str, seq: int) -> None:
-    """Tell live pages a step committed (Postgres NOTIFY is delivered on commit)."""
-    with connection.cursor() as cur:
-        cur.execute("SELECT pg_notify('deskhand_steps', %s)", [f"{run_id}:{seq}"])

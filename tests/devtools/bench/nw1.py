@@ -6,15 +6,13 @@ refunds 1.00 of the large ``LOAD-ORDER``. Deterministic like every scripted mode
 N answers a history holding N assistant messages.
 
 ``memory_runs`` drives it on ``MemoryRuntime`` (no durability) with the approval decided
-the moment the gate waits; ``profile_memory`` is the same under cProfile.
+the moment the gate waits; ``breakdown`` counts each step's CPU, statements and
+transactions (docs/benchmarks.md, "Cost per step").
 """
 
 from __future__ import annotations
 
 import asyncio
-import cProfile
-import io
-import pstats
 import re
 import time
 from typing import Any
@@ -133,20 +131,6 @@ def memory_runs(n: int, start: int) -> dict[str, Any]:
     return {"cpu_s": cpu, "wall_s": wall, "statuses": statuses}
 
 
-def profile_memory(n: int, start: int, top: int = 25) -> str:
-    """cProfile over ``n`` NW-1 shaped runs on ``MemoryRuntime``: the top entries by own time
-    and by cumulative time, as text."""
-    prof = cProfile.Profile(time.process_time)  # CPU, not time spent waiting on Postgres
-    prof.enable()
-    memory_runs(n, start)
-    prof.disable()
-    out = io.StringIO()
-    stats = pstats.Stats(prof, stream=out).strip_dirs()
-    stats.sort_stats("tottime").print_stats(top)
-    stats.sort_stats("cumulative").print_stats(top)
-    return out.getvalue()
-
-
 class _Tally:
     """What each step of the NW-1 shaped runs cost on the client's side, by step name:
     CPU of the step's thread, SQL statements, server transactions (a statement outside
@@ -164,6 +148,7 @@ class _Tally:
         self.calls: dict[str, int] = collections.defaultdict(int)
         self.statements: dict[str, int] = collections.defaultdict(int)
         self.transactions: dict[str, int] = collections.defaultdict(int)
+        self.writing: dict[str, int] = collections.defaultdict(int)  # took a transaction id
         self.writes: dict[str, int] = collections.defaultdict(int)
 
     def name(self) -> str:
@@ -189,6 +174,8 @@ class _Tally:
                 tally.statements[kind] += 1
                 if not cursor.db.in_atomic_block:
                     tally.transactions[kind] += 1
+                    if tally.WRITE.match(sql) or "FOR UPDATE" in sql.upper():
+                        tally.writing[kind] += 1
             m = tally.WRITE.match(sql)
             if m:
                 tally.writes[f"{m.group(1).split()[0].lower()} {m.group(2)}"] += 1
@@ -196,6 +183,10 @@ class _Tally:
 
         def counted_commit(conn: Any) -> Any:
             tally.transactions[tally.name()] += 1
+            with conn.connection.cursor() as cur:
+                cur.execute("SELECT pg_current_xact_id_if_assigned() IS NOT NULL")
+                row = cur.fetchone()
+            tally.writing[tally.name()] += 1 if row and row[0] else 0
             return commit(conn)
 
         async def timed_step(rt: Any, name: str, fn: Any, *args: Any) -> Any:
@@ -227,7 +218,8 @@ class _Tally:
 
 def breakdown(n: int, start: int) -> dict[str, Any]:
     """Per step name, over ``n`` NW-1 shaped runs on ``MemoryRuntime``, per run: calls, CPU ms
-    of the step's own thread, SQL statements and server transactions; and rows written per
+    of the step's own thread, SQL statements, server transactions and those of them that
+    wrote (took a transaction id); and rows written per
     run by table. The approval's direct UPDATE (the bench standing in for a person) is
     counted under ``outside steps``, as is creating the runs."""
     tally = _Tally()
@@ -244,6 +236,7 @@ def breakdown(n: int, start: int) -> dict[str, Any]:
                 "cpu_ms": round(tally.cpu.get(k, 0.0) * 1000 / n, 2),
                 "statements": round(tally.statements.get(k, 0) / n, 1),
                 "transactions": round(tally.transactions.get(k, 0) / n, 1),
+                "writing": round(tally.writing.get(k, 0) / n, 1),
             }
             for k in kinds
         },

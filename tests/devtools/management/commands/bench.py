@@ -400,7 +400,7 @@ class Command(DeskhandCommand):
         for name, v in d.get("steps", {}).items():
             w(
                 f"  {name:<16} {v['calls']:>4} calls {v['cpu_ms']:>8} ms {v['statements']:>6} stmts"
-                f" {v['transactions']:>5} txns"
+                f" {v['transactions']:>5} txns {v.get('writing', 0):>5} writing"
             )
 
     def _print(self, r: dict[str, Any]) -> None:
