@@ -87,25 +87,30 @@ def check_deadline(run: Run, now: dt.datetime) -> Hit | None:
     return None
 
 
-def merchant_spend_today(run: Run, now: dt.datetime) -> int:
-    """Model spend of the merchant's runs started today, on the merchant's own calendar."""
-    since = day_start(now, run.merchant.timezone)
-    spent = Run.objects.filter(merchant_id=run.merchant_id, created_at__gte=since).aggregate(
-        t=Sum("cost_micros")
-    )["t"]
-    return int(spent or 0)
+_SPEND_TODAY = """
+SELECT COALESCE(SUM(cost_micros) FILTER (WHERE merchant_id = %s AND created_at >= %s), 0),
+       COALESCE(SUM(cost_micros) FILTER (WHERE created_at >= %s), 0)
+FROM agent_run WHERE created_at >= LEAST(%s, %s)
+"""
 
 
-def platform_spend_today(now: dt.datetime) -> int:
-    """Model spend of every run started today (UTC)."""
-    spent = Run.objects.filter(created_at__gte=day_start(now, "UTC")).aggregate(
-        t=Sum("cost_micros")
-    )["t"]
-    return int(spent or 0)
+def spend_today(run: Run, now: dt.datetime) -> tuple[int, int]:
+    """Model spend of runs started today: the merchant's (on its own calendar) and the whole
+    platform's (UTC). One statement for both checks, read once per bounds check."""
+    cached = run.__dict__.get("_spend_today")
+    if cached is not None and cached[0] == now:
+        return cached[1]
+    mine, every = day_start(now, run.merchant.timezone), day_start(now, "UTC")
+    with connection.cursor() as cur:
+        cur.execute(_SPEND_TODAY, [run.merchant_id, mine, every, mine, every])
+        row = cur.fetchone()
+    spent = (int(row[0]), int(row[1])) if row else (0, 0)
+    run.__dict__["_spend_today"] = (now, spent)
+    return spent
 
 
 def check_merchant_day(run: Run, now: dt.datetime) -> Hit | None:
-    spent, cap = merchant_spend_today(run, now), run.merchant.daily_spend_cap_micros
+    spent, cap = spend_today(run, now)[0], run.merchant.daily_spend_cap_micros
     if spent >= cap:
         return _hit(
             "merchant_daily_spend",
@@ -115,7 +120,7 @@ def check_merchant_day(run: Run, now: dt.datetime) -> Hit | None:
 
 
 def check_platform_day(run: Run, now: dt.datetime) -> Hit | None:
-    spent, cap = platform_spend_today(now), settings.DESKHAND_PLATFORM_DAILY_SPEND_MICROS
+    spent, cap = spend_today(run, now)[1], settings.DESKHAND_PLATFORM_DAILY_SPEND_MICROS
     if spent >= cap:
         return _hit(
             "platform_daily_spend",

@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from django.db import transaction
+from django.db import connection, transaction
 from django.utils import timezone
 
 from agent.models import ACTIVE_STATUSES, Run, Step
@@ -105,6 +105,23 @@ def _recorded_notes(run_id: str, seq: int, run: Run | None = None) -> list[dict[
     return [{"author": n.author, "body": n.body} for n in notes]
 
 
+_NOTHING_TO_TAKE = """
+SELECT NOT EXISTS (SELECT 1 FROM agent_step WHERE run_id = %s AND seq = %s AND kind = %s)
+   AND NOT EXISTS (SELECT 1 FROM approvals_staffnote WHERE run_id = %s AND taken_seq IS NULL)
+"""
+
+
+def _nothing_to_take(run: Run, seq: int) -> bool:
+    """No NOTE row at ``seq`` and no note waiting: one statement for what is nearly every turn.
+    A fork replaying a turn before its fork point reads its parent's rows (not this one)."""
+    if run.forked_from_id is not None and run.fork_step and seq < run.fork_step:
+        return False
+    with connection.cursor() as cur:
+        cur.execute(_NOTHING_TO_TAKE, [run.pk, seq, StepKind.NOTE, run.pk])
+        row = cur.fetchone()
+    return bool(row and row[0])
+
+
 def notes_take(run_id: str, seq: int, run: Run | None = None) -> dict[str, Any]:
     """Inside the model step: take the notes left since the last turn, recorded at ``seq``.
 
@@ -117,12 +134,12 @@ def notes_take(run_id: str, seq: int, run: Run | None = None) -> dict[str, Any]:
     ``run``: the run as the caller just read it (not read again); with it, a turn with no
     note waiting takes no lock and writes nothing.
     """
+    if run is not None and _nothing_to_take(run, seq):
+        return {"notes": [], "next_seq": seq}
     recorded = _recorded_notes(run_id, seq, run)
     if recorded is not None:
         return {"notes": recorded, "next_seq": seq + 1}
     waiting = StaffNote.objects.filter(run_id=run_id, taken_seq__isnull=True)
-    if run is not None and not waiting.exists():
-        return {"notes": [], "next_seq": seq}
     with transaction.atomic():
         status = Run.objects.select_for_update().values_list("status", flat=True).get(pk=run_id)
         if status not in ACTIVE_STATUSES:
