@@ -17,6 +17,7 @@ _.ApiConfig
 _.ApiKeysConfig
 _.ready  # AppConfig.ready
 _.default_auto_field  # AppConfig
+_.adding  # Model._state.adding: Django reads it on save (agent.run.steplog._insert sets it)
 _.Command  # management commands: manage.py loads Command
 _.help
 _.requires_system_checks

@@ -24,16 +24,17 @@ could not be paid.
 from __future__ import annotations
 
 import datetime as dt
+import json
 import zoneinfo
 from collections.abc import Callable
 from typing import Any
 
 from django.conf import settings
-from django.db.models import Count, Q, Sum
+from django.db import connection
+from django.db.models import Sum
 from django.utils import timezone
 
-from agent.models import Run, Step
-from agent.run import payloads
+from agent.models import Run
 from agent.run.payloads import StepKind
 from agent.tools.reads import order_of_customer
 from agent.tools.registry import ToolError
@@ -86,25 +87,30 @@ def check_deadline(run: Run, now: dt.datetime) -> Hit | None:
     return None
 
 
-def merchant_spend_today(run: Run, now: dt.datetime) -> int:
-    """Model spend of the merchant's runs started today, on the merchant's own calendar."""
-    since = day_start(now, run.merchant.timezone)
-    spent = Run.objects.filter(merchant_id=run.merchant_id, created_at__gte=since).aggregate(
-        t=Sum("cost_micros")
-    )["t"]
-    return int(spent or 0)
+_SPEND_TODAY = """
+SELECT COALESCE(SUM(cost_micros) FILTER (WHERE merchant_id = %s AND created_at >= %s), 0),
+       COALESCE(SUM(cost_micros) FILTER (WHERE created_at >= %s), 0)
+FROM agent_run WHERE created_at >= LEAST(%s, %s)
+"""
 
 
-def platform_spend_today(now: dt.datetime) -> int:
-    """Model spend of every run started today (UTC)."""
-    spent = Run.objects.filter(created_at__gte=day_start(now, "UTC")).aggregate(
-        t=Sum("cost_micros")
-    )["t"]
-    return int(spent or 0)
+def spend_today(run: Run, now: dt.datetime) -> tuple[int, int]:
+    """Model spend of runs started today: the merchant's (on its own calendar) and the whole
+    platform's (UTC). One statement for both checks, read once per bounds check."""
+    cached = run.__dict__.get("_spend_today")
+    if cached is not None and cached[0] == now:
+        return cached[1]
+    mine, every = day_start(now, run.merchant.timezone), day_start(now, "UTC")
+    with connection.cursor() as cur:
+        cur.execute(_SPEND_TODAY, [run.merchant_id, mine, every, mine, every])
+        row = cur.fetchone()
+    spent = (int(row[0]), int(row[1])) if row else (0, 0)
+    run.__dict__["_spend_today"] = (now, spent)
+    return spent
 
 
 def check_merchant_day(run: Run, now: dt.datetime) -> Hit | None:
-    spent, cap = merchant_spend_today(run, now), run.merchant.daily_spend_cap_micros
+    spent, cap = spend_today(run, now)[0], run.merchant.daily_spend_cap_micros
     if spent >= cap:
         return _hit(
             "merchant_daily_spend",
@@ -114,7 +120,7 @@ def check_merchant_day(run: Run, now: dt.datetime) -> Hit | None:
 
 
 def check_platform_day(run: Run, now: dt.datetime) -> Hit | None:
-    spent, cap = platform_spend_today(now), settings.DESKHAND_PLATFORM_DAILY_SPEND_MICROS
+    spent, cap = spend_today(run, now)[1], settings.DESKHAND_PLATFORM_DAILY_SPEND_MICROS
     if spent >= cap:
         return _hit(
             "platform_daily_spend",
@@ -131,17 +137,22 @@ def repeated_call(run: Run) -> dict[str, Any] | None:
     that keeps asking for what was refused is stopped like one that keeps
     reading the same record. An approved call is counted once, by its tool step.
     """
-    found = (
-        Step.objects.filter(run_id=run.pk)
-        .filter(Q(kind=StepKind.TOOL) | payloads.approval_denied())
-        .order_by()
-        .values("tool", "arguments")
-        .annotate(n=Count("id"))
-        .filter(n__gte=run.loop_threshold)
-        .order_by("-n", "tool")
-        .first()
-    )
-    return dict(found) if found else None
+    # In SQL, not the ORM: it runs before every model call, and its query compiled to this
+    # same statement every time (the grouping by a JSON column was most of a turn's bounds).
+    with connection.cursor() as cur:
+        cur.execute(_REPEATED, [run.pk, StepKind.TOOL, StepKind.APPROVAL, run.loop_threshold])
+        row = cur.fetchone()
+    if row is None:
+        return None
+    arguments = json.loads(row[1]) if isinstance(row[1], str) else row[1]
+    return {"tool": row[0], "arguments": arguments, "n": row[2]}
+
+
+_REPEATED = """
+SELECT tool, arguments, COUNT(id) AS n FROM agent_step
+WHERE run_id = %s AND (kind = %s OR (kind = %s AND (result -> 'event') = '"denied"'::jsonb))
+GROUP BY tool, arguments HAVING COUNT(id) >= %s ORDER BY n DESC, tool LIMIT 1
+"""
 
 
 def check_loop(run: Run, now: dt.datetime) -> Hit | None:
@@ -166,12 +177,14 @@ CHECKS: tuple[Check, ...] = (
 )
 
 
-def bounds_check(run_id: str, now_iso: str | None = None) -> Hit | None:
+def bounds_check(run_id: str, now_iso: str | None = None, run: Run | None = None) -> Hit | None:
     """The first bound this run has hit, as ``{"reason", "detail"}``; ``None`` if none.
 
     Run as a step: the clock is read here, inside it, and the answer is checkpointed.
+    ``run``: the run as the caller just read it, with its merchant (not read again).
     """
-    run = Run.objects.select_related("merchant").get(pk=run_id)
+    if run is None:
+        run = Run.objects.select_related("merchant").get(pk=run_id)
     if not run.is_active:
         # Cancelled (or closed) while working: no further model call; the loop's run.finish
         # then writes nothing, and the cancel keeps the last line of the step log.
@@ -184,17 +197,18 @@ def bounds_check(run_id: str, now_iso: str | None = None) -> Hit | None:
     return None
 
 
-def bounds_step(run_id: str) -> dict[str, Any]:
+def bounds_step(run_id: str, run: Run | None = None) -> dict[str, Any]:
     """``bounds_check`` as the loop's step: the hit, or how many steps are left (``steps_left``).
 
     A reply with many tool calls is counted against the step cap one call at a time, so the
     loop needs the remainder, not only whether the cap is already reached. (Older checkpoints
-    of this step hold ``None`` or a hit; the loop reads both.)
+    of this step hold ``None`` or a hit; the loop reads both.) ``run``: as for ``bounds_check``.
     """
-    hit = bounds_check(run_id)
+    hit = bounds_check(run_id, run=run)
     if hit is not None:
         return hit
-    run = Run.objects.only("steps", "max_steps").get(pk=run_id)
+    if run is None:
+        run = Run.objects.only("steps", "max_steps").get(pk=run_id)
     return {"steps_left": max(run.max_steps - run.steps, 0)}
 
 

@@ -275,8 +275,8 @@ def approval_settled(approval_id: str) -> Q:
     )
 
 
-def approval_denied() -> Q:
-    return Q(kind=StepKind.APPROVAL, result__event="denied")
+# A declined approval (``result.event == "denied"``) is counted by the loop check in SQL:
+# ``agent.run.bounds.repeated_call``.
 
 
 def late_rows() -> Q:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from django.db import transaction
+from django.db import connection, transaction
 from django.utils import timezone
 
 from agent.models import ACTIVE_STATUSES, Run, Step
@@ -91,10 +91,11 @@ def notes_record(run_id: str, seq: int, messages: list[Any]) -> list[dict[str, A
     return out
 
 
-def _recorded_notes(run_id: str, seq: int) -> list[dict[str, Any]] | None:
+def _recorded_notes(run_id: str, seq: int, run: Run | None = None) -> list[dict[str, Any]] | None:
     """The notes a NOTE row at ``seq`` already handed over — this run's, or for a fork replaying
     a turn before its fork point, the parent's (``None`` when there is no such row)."""
-    run = Run.objects.only("forked_from_id", "fork_step").get(pk=run_id)
+    if run is None:
+        run = Run.objects.only("forked_from_id", "fork_step").get(pk=run_id)
     while run.forked_from_id is not None and run.fork_step and seq < run.fork_step:
         run = Run.objects.only("forked_from_id", "fork_step").get(pk=run.forked_from_id)
     step = Step.objects.filter(run=run, seq=seq, kind=StepKind.NOTE).first()
@@ -104,7 +105,24 @@ def _recorded_notes(run_id: str, seq: int) -> list[dict[str, Any]] | None:
     return [{"author": n.author, "body": n.body} for n in notes]
 
 
-def notes_take(run_id: str, seq: int) -> dict[str, Any]:
+_NOTHING_TO_TAKE = """
+SELECT NOT EXISTS (SELECT 1 FROM agent_step WHERE run_id = %s AND seq = %s AND kind = %s)
+   AND NOT EXISTS (SELECT 1 FROM approvals_staffnote WHERE run_id = %s AND taken_seq IS NULL)
+"""
+
+
+def _nothing_to_take(run: Run, seq: int) -> bool:
+    """No NOTE row at ``seq`` and no note waiting: one statement for what is nearly every turn.
+    A fork replaying a turn before its fork point reads its parent's rows (not this one)."""
+    if run.forked_from_id is not None and run.fork_step and seq < run.fork_step:
+        return False
+    with connection.cursor() as cur:
+        cur.execute(_NOTHING_TO_TAKE, [run.pk, seq, StepKind.NOTE, run.pk])
+        row = cur.fetchone()
+    return bool(row and row[0])
+
+
+def notes_take(run_id: str, seq: int, run: Run | None = None) -> dict[str, Any]:
     """Inside the model step: take the notes left since the last turn, recorded at ``seq``.
 
     Runs that took the ``one-step-turns`` patch read notes from the ``StaffNote`` table here
@@ -113,19 +131,20 @@ def notes_take(run_id: str, seq: int) -> dict[str, Any]:
     transaction. A re-executed step (a retry, a recovery, a fork re-asking the model from
     this turn) finds the row at ``seq`` and hands over the same notes again, so the
     conversation it sends is the one recorded. ``next_seq`` is where the model's row goes.
+    ``run``: the run as the caller just read it (not read again); with it, a turn with no
+    note waiting takes no lock and writes nothing.
     """
-    recorded = _recorded_notes(run_id, seq)
+    if run is not None and _nothing_to_take(run, seq):
+        return {"notes": [], "next_seq": seq}
+    recorded = _recorded_notes(run_id, seq, run)
     if recorded is not None:
         return {"notes": recorded, "next_seq": seq + 1}
+    waiting = StaffNote.objects.filter(run_id=run_id, taken_seq__isnull=True)
     with transaction.atomic():
         status = Run.objects.select_for_update().values_list("status", flat=True).get(pk=run_id)
         if status not in ACTIVE_STATUSES:
             return {"notes": [], "next_seq": seq}  # nobody will read them; bounds end the run
-        notes = list(
-            StaffNote.objects.select_for_update()
-            .filter(run_id=run_id, taken_seq__isnull=True)
-            .order_by("created_at", "pk")
-        )
+        notes = list(waiting.select_for_update().order_by("created_at", "pk"))
         if not notes:
             return {"notes": [], "next_seq": seq}
         out = [{"author": n.author_name, "body": n.body} for n in notes]

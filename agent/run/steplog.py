@@ -33,10 +33,10 @@ from collections.abc import Mapping
 from typing import Any
 
 from django.db import connection, transaction
-from django.db.models import F, Max
+from django.db.models import Max
 
 from agent.conversation.untrusted import storable
-from agent.models import Run, Step
+from agent.models import ACTIVE_STATUSES, Run, Step
 from agent.run import payloads
 from agent.run.payloads import StepKind
 from agent.runtime import current_step_id
@@ -92,26 +92,28 @@ def log_step(
     inverse: dict[str, Any] | None = None,
     closing: bool = False,
     prompt_version: str = "",
+    locked_status: str | None = None,
 ) -> Step:
     """Record one step and fold its accounting into the run's totals, atomically.
 
     ``result`` is the step's payload (a dict is parsed into the kind's payload type).
     ``closing``: this row is the one that closes the run. Raises ``StepConflict`` when another
     call already holds ``seq``. ``prompt_version``: a model step's prompt version, recorded
-    on the run in this same transaction.
+    on the run in this same transaction. ``locked_status``: the caller already holds the run's
+    row lock in the enclosing transaction and read this status under it (not read again).
     """
     arguments = storable(arguments or {})
     payload = payloads.of_kind(kind, result)
     digest = call_hash(kind, tool, arguments)
     with transaction.atomic():
-        run = Run.objects.select_for_update().only("status").get(pk=run_id)
+        status = locked_status if locked_status is not None else _lock_run(run_id)
         late = (
             not closing
             and kind != StepKind.UNDO
             # A run being cancelled counts as closed: its workflow may still act, its work is over.
-            and not run.is_active
+            and status not in ACTIVE_STATUSES
         )
-        step = Step.objects.select_for_update().filter(run_id=run_id, seq=seq).first()
+        step = _step_at(run_id, seq)
         if step is not None and not _same_call(step, kind, tool, tool_call_id, digest):
             if not late:
                 raise StepConflict(
@@ -137,7 +139,7 @@ def log_step(
         stored = storable(payloads.to_json(payload))
         created = step is None
         if step is None:
-            step = Step.objects.create(
+            step = _insert(
                 run_id=run_id,
                 seq=seq,
                 function_id=current_step_id.get(),
@@ -173,17 +175,22 @@ def log_step(
             step.inverse = inverse
             step.attempts += 1
             step.save()
-        versioned = {"prompt_version_id": prompt_version} if prompt_version else {}
-        Run.objects.filter(pk=run_id).update(
-            **versioned,
-            steps=F("steps") + (1 if created else 0),
-            input_tokens=F("input_tokens") + input_tokens,
-            output_tokens=F("output_tokens") + output_tokens,
-            cache_read_tokens=F("cache_read_tokens") + cache_read_tokens,
-            cache_write_tokens=F("cache_write_tokens") + cache_write_tokens,
-            cost_micros=F("cost_micros") + cost_micros,
-        )
-        notify_step(run_id, step.seq)
+        # The run's totals and the live pages' NOTIFY (delivered on commit) in one round trip.
+        with connection.cursor() as cur:
+            cur.execute(
+                _TOTALS_AND_NOTIFY,
+                [
+                    1 if created else 0,
+                    input_tokens,
+                    output_tokens,
+                    cache_read_tokens,
+                    cache_write_tokens,
+                    cost_micros,
+                    prompt_version or None,
+                    run_id,
+                    f"{run_id}:{step.seq}",
+                ],
+            )
         events.emit(
             "run.step",
             run_id=run_id,
@@ -202,7 +209,58 @@ def log_step(
     return step
 
 
-def notify_step(run_id: str, seq: int) -> None:
-    """Tell live pages a step committed (Postgres NOTIFY is delivered on commit)."""
+_TOTALS_AND_NOTIFY = """
+UPDATE agent_run SET steps = steps + %s, input_tokens = input_tokens + %s,
+  output_tokens = output_tokens + %s, cache_read_tokens = cache_read_tokens + %s,
+  cache_write_tokens = cache_write_tokens + %s, cost_micros = cost_micros + %s,
+  prompt_version_id = COALESCE(%s, prompt_version_id)
+WHERE id = %s;
+SELECT pg_notify('deskhand_steps', %s)
+"""
+
+
+def _step_at(run_id: str, seq: int) -> Step | None:
+    """The row at ``seq``, locked; None when there is none (every straight-through step)."""
     with connection.cursor() as cur:
-        cur.execute("SELECT pg_notify('deskhand_steps', %s)", [f"{run_id}:{seq}"])
+        cur.execute(
+            "SELECT id FROM agent_step WHERE run_id = %s AND seq = %s FOR UPDATE", [run_id, seq]
+        )
+        row = cur.fetchone()
+    return None if row is None else Step.objects.get(pk=row[0])
+
+
+_INSERT: tuple[str, list[Any]] | None = None
+
+
+def _insert(**values: Any) -> Step:
+    """``Step.objects.create``, with the statement built once: every field's own conversion
+    (JSON, defaults, ``auto_now_add``), none of the query compiler's work on each step."""
+    global _INSERT
+    if _INSERT is None:
+        fields = [f for f in Step._meta.concrete_fields if not f.primary_key]
+        columns = ", ".join(connection.ops.quote_name(str(f.column)) for f in fields)
+        marks = ", ".join(["%s"] * len(fields))
+        _INSERT = (
+            f"INSERT INTO {Step._meta.db_table} ({columns}) VALUES ({marks}) RETURNING id",
+            fields,
+        )
+    sql, fields = _INSERT
+    step = Step(**values)
+    params = [f.get_db_prep_save(f.pre_save(step, True), connection) for f in fields]
+    with connection.cursor() as cur:
+        cur.execute(sql, params)
+        row = cur.fetchone()
+    assert row is not None
+    step.pk = row[0]
+    step._state.adding, step._state.db = False, connection.alias
+    return step
+
+
+def _lock_run(run_id: str) -> str:
+    """Take the run's row lock, as a cancel takes it; its status."""
+    with connection.cursor() as cur:
+        cur.execute("SELECT status FROM agent_run WHERE id = %s FOR UPDATE", [run_id])
+        row = cur.fetchone()
+    if row is None:
+        raise Run.DoesNotExist(f"no run {run_id}")
+    return str(row[0])

@@ -32,6 +32,7 @@ import datetime as dt
 import time
 from typing import Any
 
+from django.db import transaction
 from django.utils import timezone
 
 from agent.conversation import prompt_versions
@@ -55,11 +56,14 @@ def model_turn(
     messages: list[dict[str, Any]],
     fence_token: str,
     spent: dict[str, Any] | None = None,
+    run: Run | None = None,
 ) -> dict[str, Any]:
     """One call. ``spent`` (``{"attempts": n, "waited": s}``, the calls and durable sleeps
     this turn already used) says the workflow sleeps the API's waits itself: a wait it asks
-    for is returned as ``{"wait": ...}`` while the retry policy allows it (module docstring)."""
-    run = Run.objects.only("provider", "model", "waiting_until").get(pk=run_id)
+    for is returned as ``{"wait": ...}`` while the retry policy allows it (module docstring).
+    ``run``: the run as the turn just read it (not read again)."""
+    if run is None:
+        run = Run.objects.only("provider", "model", "waiting_until").get(pk=run_id)
     if run.waiting_until is not None:  # the wait is over: the call proceeds
         Run.objects.filter(pk=run_id).update(waiting_until=None, wait_reason="")
     provider = provider_for_run(run_id, run.provider, run.model)
@@ -90,37 +94,38 @@ def model_turn(
     latency_ms = int((time.monotonic() - started) * 1000)
     # Which prompt and tool set this call was sent, so a replay can tell if they changed.
     prompt_digest = prompt_sha256(system, tools)
-    # And which prompt version (taken without the fence token), stored once per version.
-    version = prompt_versions.record(system, tools, fence_token)
     sent = {
         "message_count": len(messages),
         "prompt_sha256": prompt_digest,
         # And which conversation: a re-execution of this step must be sent the same one.
         "messages_sha256": messages_sha256(messages),
     }
-    log_step(
-        run_id=run_id,
-        seq=seq,
-        kind=StepKind.MODEL,
-        arguments=sent,
-        result=ModelPayload(
-            content=reply.content,
-            stop_reason=reply.stop_reason,
-            provider=reply.provider,
-            model=reply.model,
-            message_count=len(messages),
-            prompt_sha256=prompt_digest,
+    with transaction.atomic():  # the version (if new) and the step row: one commit
+        # And which prompt version (taken without the fence token), stored once per version.
+        version = prompt_versions.record(system, tools, fence_token)
+        log_step(
+            run_id=run_id,
+            seq=seq,
+            kind=StepKind.MODEL,
+            arguments=sent,
+            result=ModelPayload(
+                content=reply.content,
+                stop_reason=reply.stop_reason,
+                provider=reply.provider,
+                model=reply.model,
+                message_count=len(messages),
+                prompt_sha256=prompt_digest,
+                prompt_version=version,
+                replaced_ids=replaced,
+            ),
+            input_tokens=reply.input_tokens,
+            output_tokens=reply.output_tokens,
+            cache_read_tokens=reply.cache_read_tokens,
+            cache_write_tokens=reply.cache_write_tokens,
+            cost_micros=reply.cost_micros,
+            latency_ms=reply.latency_ms or latency_ms,
             prompt_version=version,
-            replaced_ids=replaced,
-        ),
-        input_tokens=reply.input_tokens,
-        output_tokens=reply.output_tokens,
-        cache_read_tokens=reply.cache_read_tokens,
-        cache_write_tokens=reply.cache_write_tokens,
-        cost_micros=reply.cost_micros,
-        latency_ms=reply.latency_ms or latency_ms,
-        prompt_version=version,
-    )
+        )
     return reply.to_dict()
 
 
@@ -171,13 +176,19 @@ def turn(
     hit ends the run before any call; else ``steps_left``) and, unless a bound was hit,
     ``reply`` — the model step's own output (a reply, ``provider_error`` or ``wait``).
     """
-    taken = notes_take(run_id, seq)
-    out: dict[str, Any] = {"notes": taken["notes"], "next_seq": taken["next_seq"]}
-    out["bounds"] = bounds_step(run_id)
+    with transaction.atomic():
+        # One read of the run for the notes, the bounds and the call's provider: one
+        # transaction before the call, not six, and it writes nothing unless a note waits.
+        run = Run.objects.select_related("merchant").get(pk=run_id)
+        taken = notes_take(run_id, seq, run=run)
+        if taken["next_seq"] != seq:  # a NOTE row: the run's totals moved
+            run = Run.objects.select_related("merchant").get(pk=run_id)
+        out: dict[str, Any] = {"notes": taken["notes"], "next_seq": taken["next_seq"]}
+        out["bounds"] = bounds_step(run_id, run=run)
     if out["bounds"].get("reason"):
         return out
     sent = with_guidance(messages, taken["notes"], fence_token)
-    out["reply"] = model_turn(run_id, taken["next_seq"], sent, system_token, spent)
+    out["reply"] = model_turn(run_id, taken["next_seq"], sent, system_token, spent, run=run)
     out["next_seq"] = taken["next_seq"] + (0 if _no_row(out["reply"]) else 1)
     return out
 

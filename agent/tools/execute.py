@@ -61,7 +61,6 @@ def execute_tool(run_id: str, seq: int, call: dict[str, Any]) -> dict[str, Any]:
     the loop ends quietly, so this step's row cannot take the cancel's number.
     """
     name, call_id, args = call["name"], call["id"], call.get("input")
-    run = Run.objects.select_related("ticket").get(pk=run_id)
     error, valid = validate_call(name, args)
     tool = REGISTRY.get(name)
     risk = tool.risk.value if tool else ""
@@ -71,8 +70,10 @@ def execute_tool(run_id: str, seq: int, call: dict[str, Any]) -> dict[str, Any]:
     ):  # pragma: no cover - loop routes these to the gate
         error = f"{name} is irreversible and must pass the approval gate"
     with transaction.atomic():
-        # The run's row lock, as a cancel takes it (the step row's totals update takes it anyway).
-        status = Run.objects.select_for_update().values_list("status", flat=True).get(pk=run_id)
+        # The run's row lock, as a cancel takes it, and the run read under it: once for the
+        # handler's context and the step row (log_step is told, and does not lock again).
+        run = Run.objects.select_for_update(of=("self",)).select_related("ticket").get(pk=run_id)
+        status = run.status
         if status not in ACTIVE_STATUSES:
             return not_performed(status, name)
         text, ok, inverse = error or "", error is None, None
@@ -96,5 +97,6 @@ def execute_tool(run_id: str, seq: int, call: dict[str, Any]) -> dict[str, Any]:
             ok=ok,
             latency_ms=int((time.monotonic() - started) * 1000),
             inverse=inverse,
+            locked_status=status,
         )
     return {"text": text, "ok": ok}

@@ -126,3 +126,41 @@ def test_bench_quick_json_measures_every_figure_and_leaves_no_database_or_file(
         ["git", "status", "--porcelain"], cwd=ROOT, capture_output=True, text=True
     )
     assert after.stdout == status.stdout
+
+
+PEER_FIELDS = (
+    "durable_cpu_per_step_ms",
+    "commits_per_run",
+    "bytes_per_run",
+    "wake_p95_ms",
+    "crash_refunds",
+)
+
+
+@pytest.mark.slow
+def test_bench_peers_quick_json_ends_with_each_systems_figures(transactional_db):
+    env = {**os.environ, "DATABASE_URL": test_database_url(), "PYTHONUNBUFFERED": "1"}
+    proc = subprocess.run(
+        [
+            *(sys.executable, "manage.py", "bench", "--peers", "--quick", "--json"),
+            *("--rounds", "1", "--parked", "3", "--wake", "2"),
+        ],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    peers = json.loads(proc.stdout.strip().splitlines()[-1])["peers"]
+    assert set(peers) == {"deskhand", "dbos", "langgraph"}
+    for system, figures in peers.items():
+        for field in PEER_FIELDS:
+            assert isinstance(figures.get(field), int | float), (system, field, figures)
+    assert isinstance(peers["deskhand"]["agent_cpu_per_step_ms"], float)
+    # The ledger keeps the refund single across the crash; the peers re-run the step.
+    assert peers["deskhand"]["crash_refunds"] == 1
+    assert peers["dbos"]["crash_refunds"] == peers["langgraph"]["crash_refunds"] == 2
+    # Which tables an NW-1 run writes: its step rows among them.
+    assert peers["deskhand"]["tables"]["public.agent_step"]["ins"] > 0
+    assert "rows written per NW-1 run, by table" in proc.stdout

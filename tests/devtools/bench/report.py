@@ -131,6 +131,9 @@ def chart(results: dict[str, Any], path: Path) -> bool:
     return True
 
 
+COST_PER_STEP = "## Cost per step"
+
+
 def write(results: dict[str, Any], docs: Path, command: str) -> list[Path]:
     png = docs / "benchmarks-parked.png"
     drew = chart(results, png)
@@ -210,5 +213,10 @@ def write(results: dict[str, Any], docs: Path, command: str) -> list[Path]:
     lines += [f"- `{k}` — {d}" for k, d in DEFINITIONS]
     lines.append("")
     page = docs / "benchmarks.md"
+    # The cost-per-step section (its profile, and `bench --peers`) is written by hand from
+    # its own runs: kept as it is.
+    kept = page.read_text().partition(COST_PER_STEP)[2] if page.exists() else ""
+    if kept:
+        lines += ["", COST_PER_STEP + kept.rstrip("\n"), ""]
     page.write_text("\n".join(lines))
     return [page, png] if drew else [page]

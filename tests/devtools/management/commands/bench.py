@@ -95,6 +95,14 @@ class Command(DeskhandCommand):
             action="store_true",
             help="only the rate-limit overhead: a plain model step vs a child on a limited queue",
         )
+        parser.add_argument(
+            "--peers",
+            action="store_true",
+            help="only the NW-1 shaped workload on Deskhand, bare DBOS and LangGraph, interleaved",
+        )
+        parser.add_argument(
+            "--rounds", type=int, default=None, help="interleaved rounds for --peers (at least 5)"
+        )
         parser.add_argument("--keep", action="store_true", help="keep the scratch database")
 
     def handle(self, *args: Any, **opts: Any) -> None:
@@ -108,6 +116,8 @@ class Command(DeskhandCommand):
                 if opts[key] < (0 if key == "wake" else 1):
                     raise UsageError(f"--{key} must be at least {0 if key == 'wake' else 1}.")
                 plan[key] = opts[key]
+        if opts["rounds"] is not None and opts["rounds"] < 1:
+            raise UsageError("--rounds must be at least 1.")
         self.opts, self.plan = opts, plan
         logging.getLogger("dbos").setLevel(logging.ERROR)
         logging.getLogger("deskhand.events").setLevel(logging.WARNING)
@@ -167,7 +177,9 @@ class Command(DeskhandCommand):
             for path in write(results, Path(settings.BASE_DIR) / "docs", command):
                 self.stdout.write(f"wrote {path.relative_to(settings.BASE_DIR)}")
         if opts["json"]:
-            self.stdout.write(json.dumps(results, default=str))
+            # With --peers the last line is the comparison alone, for a script to read.
+            last = {"peers": results["peers"]} if "peers" in results else results
+            self.stdout.write(json.dumps(last, default=str))
 
     @contextmanager
     def _pointed_at(self, scratch: str, original: str) -> Iterator[None]:
@@ -257,6 +269,10 @@ class Command(DeskhandCommand):
         conninfo: dict[str, Any] = {**self.server, "dbname": scratch}
         register_workflows()
         register_model_calls()
+        if self.opts["peers"]:
+            from tests.devtools.bench.peer_workloads import register_dbos
+
+            register_dbos(conninfo)
         install_override("*", LoadProvider())
         executor_id = f"bench-{scratch[-8:]}"
         # The executor holds its id's lease, as a worker does: without it the parking crew's
@@ -272,6 +288,13 @@ class Command(DeskhandCommand):
             out["model_calls"] = measure_model_calls(plan["samples"])
             return out
         inproc = InProcess(conninfo, progress, out)
+        if self.opts["peers"]:
+            try:
+                out["peers"] = self._peers(conninfo, inproc, progress)
+            finally:
+                inproc.close()
+                progress.close()
+            return out
         try:
             inproc.steps(plan["samples"])
             inproc.nw2()
@@ -316,11 +339,78 @@ class Command(DeskhandCommand):
             progress.close()
         return out
 
+    def _peers(self, conninfo: dict[str, Any], inproc: Any, progress: Any) -> dict[str, Any]:
+        """``--peers``: the three systems interleaved, then the wake and crash rows."""
+        from agent.providers import install_override
+        from tests.devtools.bench.nw1 import NW1Provider
+        from tests.devtools.bench.peers import Peers, crash_refunds, run_memory_breakdown
+
+        quick = self.opts["quick"]
+        rounds = self.opts["rounds"] or 5
+        parked = self.plan["parked"][-1] if self.opts["parked"] else (20 if quick else 500)
+        wakes = self.opts["wake"] if self.opts["wake"] is not None else (10 if quick else 40)
+        install_override("*", NW1Provider())
+        progress.total = rounds + 10
+        peers = Peers(conninfo, inproc, progress)
+        try:
+            out = peers.rounds(rounds, per_round=1 if quick else 2)
+            woke = peers.wake(parked, min(wakes, parked))
+            for system, p95 in woke.items():
+                out[system]["wake_p95_ms"] = p95
+                out[system]["parked"] = parked
+            out["deskhand"].update(peers.writes(2 if quick else 5))
+        finally:
+            peers.close()
+        out["deskhand"]["steps"] = run_memory_breakdown(2 if quick else 5)["steps"]
+        self._stop_executor()  # the crash rows run their own workers
+        for system, refunds in crash_refunds(conninfo).items():
+            out[system]["crash_refunds"] = refunds
+        return out
+
+    def _print_peers(self, peers: dict[str, Any]) -> None:
+        w = self.stdout.write
+        keys = (
+            "durable_cpu_per_step_ms",
+            "commits_per_run",
+            "bytes_per_run",
+            "wake_p95_ms",
+            "crash_refunds",
+            "process_cpu_per_step_ms",
+            "memory_cpu_per_step_ms",
+        )
+        w(f"{'NW-1 shaped, medians':<26}" + "".join(f"{s:>12}" for s in peers))
+        for k in keys:
+            w(f"{k:<26}" + "".join(f"{peers[s].get(k, '—')!s:>12}" for s in peers))
+        d, b = peers["deskhand"], peers["dbos"]
+
+        def ratio(k: str) -> str:
+            return f"{d[k] / b[k]:.2f}x" if b.get(k) else "—"
+
+        w(
+            f"Deskhand's own work per step {d['agent_cpu_per_step_ms']} ms CPU (target ≤ 4);"
+            f" over bare DBOS: durable CPU {ratio('durable_cpu_per_step_ms')} (≤ 1.5x),"
+            f" commits {ratio('commits_per_run')} (≤ 1.5x), bytes {ratio('bytes_per_run')} (≤ 3x);"
+            f" wake p95 {d.get('wake_p95_ms')} ms vs {b.get('wake_p95_ms')} ms (≤ bare + 6 ms)"
+        )
+        w(f"Deskhand commits per run, read-only ones too: {d.get('all_commits_per_run')}")
+        w("Deskhand rows written per NW-1 run, by table (inserts/updates/deletes):")
+        for table, n in d.get("tables", {}).items():
+            w(f"  {table:<40} {n}")
+        w("Deskhand per step name on MemoryRuntime, per run (CPU ms, statements, transactions):")
+        for name, v in d.get("steps", {}).items():
+            w(
+                f"  {name:<16} {v['calls']:>4} calls {v['cpu_ms']:>8} ms {v['statements']:>6} stmts"
+                f" {v['transactions']:>5} txns {v.get('writing', 0):>5} writing"
+            )
+
     def _print(self, r: dict[str, Any]) -> None:
         w = self.stdout.write
         m = r["machine"]
         w(f"deskhand bench · {m['cores']} cores ({m['cpu']}) · {r['postgres']} · dbos {r['dbos']}")
         w(f"load {m['load_1m']} → {r.get('load_end')} · {r.get('wall_s')} s · plan {r['plan']}")
+        if "peers" in r:
+            self._print_peers(r["peers"])
+            return
         if "model_calls" in r:
             mc = r["model_calls"]
             w(
