@@ -138,6 +138,7 @@ PEER_FIELDS = (
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(900)  # three systems, a crash test each: about 4 minutes on a quiet machine
 def test_bench_peers_quick_json_ends_with_each_systems_figures(transactional_db):
     env = {**os.environ, "DATABASE_URL": test_database_url(), "PYTHONUNBUFFERED": "1"}
     proc = subprocess.run(

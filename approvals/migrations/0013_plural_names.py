@@ -6,7 +6,7 @@ from django.db import migrations
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('approvals', '0010_staff_note_taken_seq'),
+        ('approvals', '0012_run_finished_notification'),
     ]
 
     operations = [
