@@ -34,6 +34,19 @@ _.application  # asgi.py / wsgi.py, named in settings
 _.deskhand  # deskhand.desk.context_processors.deskhand, named in settings TEMPLATES
 _.migrate_system_schema  # called from agent/migrations/0003_dbos_schema.py (not scanned)
 
+# --- the console's templates read these (deskhand/console/) -------------------------------
+_.stop_words  # {% load console_words %} filters
+_.tool_words
+_.arg_words
+_.duration_words
+_.cents_words
+_.in_units  # a filter, and a property of the approval card read by its template
+_.raw_arguments  # the card's <details> with the codes
+_.proposed_summary
+_.approved_summary
+_.list_display_links  # ModelAdmin option (agent/admin.py)
+_.short_id  # RunAdmin column, named in list_display
+
 # --- django-ninja registers these by their decorators (deskhand/api/) ---------------------
 _._unauthenticated  # @api.exception_handler
 _._http_error

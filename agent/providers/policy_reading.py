@@ -24,8 +24,6 @@ DENIAL_PREFIX = "A person declined this action."
 # flight, neither moved nor not moved (agent.effects.payments; pinned by tests/providers).
 IN_FLIGHT_PREFIX = "The payment provider has not confirmed the refund"
 IRREVERSIBLE = ("issue_refund", "send_customer_email", "cancel_order")
-# Words to the customer on the thread: irreversible too, but what the run did, not a remedy.
-REPLIES = ("reply_to_customer", "ask_customer")
 
 
 def _blocks(message: dict[str, Any]) -> list[dict[str, Any]]:

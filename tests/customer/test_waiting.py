@@ -59,9 +59,8 @@ def auto_new_tickets(tseeded) -> None:
     Merchant.objects.filter(slug="northwind").update(auto_runs="new_tickets")
 
 
-def test_the_answer_wakes_the_run_which_reads_it_fenced_and_answers(
-    dbos_executor, receiver, auto_new_tickets
-):
+@pytest.mark.usefixtures("auto_new_tickets")
+def test_the_answer_wakes_the_run_which_reads_it_fenced_and_answers(dbos_executor, receiver):
     ticket = new_ticket(receiver)
     run = asked(ticket)
     question = OutboundEmail.objects.get(ticket=ticket)
@@ -103,8 +102,9 @@ def test_the_answer_wakes_the_run_which_reads_it_fenced_and_answers(
     assert Ticket.objects.get(pk=ticket.pk).status == "pending"
 
 
+@pytest.mark.usefixtures("auto_new_tickets")
 def test_no_answer_in_three_days_ends_the_run_customer_did_not_reply(
-    dbos_executor, receiver, auto_new_tickets, monkeypatch
+    dbos_executor, receiver, monkeypatch
 ):
     ticket = new_ticket(receiver)
     run = asked(ticket)
@@ -144,8 +144,9 @@ def test_no_answer_in_three_days_ends_the_run_customer_did_not_reply(
 
 
 @pytest.mark.crash
+@pytest.mark.usefixtures("auto_new_tickets")
 def test_a_run_waiting_for_the_customer_outlives_its_worker_and_wakes_on_the_answer(
-    worker_process, receiver, auto_new_tickets
+    worker_process, receiver
 ):
     worker = worker_process("customer-wait").start()
     ticket = new_ticket(receiver)
