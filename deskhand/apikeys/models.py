@@ -118,6 +118,8 @@ class HelpdeskDelivery(models.Model):
     result: Any = models.JSONField(default=dict, blank=True)
 
     class Meta:
+        verbose_name = "help-desk delivery"
+        verbose_name_plural = "help-desk deliveries"
         constraints = [
             models.UniqueConstraint(
                 fields=["source", "webhook_id"], name="one_delivery_per_webhook_id"
@@ -165,6 +167,8 @@ class HelpdeskReply(models.Model):
     last_error = models.TextField(blank=True)
 
     class Meta:
+        verbose_name = "help-desk reply"
+        verbose_name_plural = "help-desk replies"
         indexes = [
             models.Index(
                 fields=["next_attempt_at"],

@@ -90,12 +90,17 @@ def test_nw1_from_a_help_desk_to_a_decision_through_the_api_only(
     reference = json.loads(answer.read())["ticket"]
     conn.close()
 
-    # 2. A key starts the run; it parks at the refund's approval.
-    status, _, run = call(
+    # 2. Northwind answers every customer message with a run (its automatic runs setting):
+    # the desk's ticket started one, so a key asking for another is told it is open (409).
+    def ticket_runs() -> list[dict[str, Any]]:
+        return call(server, "GET", f"/api/v1/tickets/{reference}", token)[2]["runs"]
+
+    run_id = until("the automatic run", ticket_runs, timeout=30)[0]["id"]
+    status, _, refused = call(
         server, "POST", "/api/v1/runs", token, {"ticket": reference}, **{"Idempotency-Key": "nw1"}
     )
-    assert status == 201, run
-    run_id = run["id"]
+    assert status == 409 and refused["type"].endswith(":conflict"), refused
+    assert run_id in refused["detail"]
 
     def run_now() -> dict[str, Any]:
         return call(server, "GET", f"/api/v1/runs/{run_id}", token)[2]
@@ -150,10 +155,13 @@ def test_nw1_from_a_help_desk_to_a_decision_through_the_api_only(
     assert [e["run"]["id"] for e in finished] == [run_id]
     assert finished[0]["run"]["status"] == "succeeded"
 
-    # 6. The policy reader answers NW-1 with a staff note, not a customer email: the thread
-    # has no agent line, so nothing is relayed to the desk (a reply that is written reaches it
-    # signed and once: tests/api/test_helpdesk.py).
+    # 6. The agent's reply to Dana reaches the desk once, signed with the desk's secret.
     thread = call(server, "GET", f"/api/v1/tickets/{reference}", token)[2]["messages"]
-    assert not [m for m in thread if m["kind"] == "agent"]
-    time.sleep(3)  # a reconciler pass or more
-    assert desk.seen == []
+    replies = [m for m in thread if m["kind"] == "agent"]
+    assert len(replies) == 1, thread
+    until("the reply relayed to the desk", lambda: desk.seen, timeout=60)
+    time.sleep(3)  # a reconciler pass or more: nothing is relayed twice
+    assert len(desk.seen) == 1, desk.seen
+    headers, body, _ = desk.seen[0]
+    relayed = Webhook(desk_secret).verify(body, {k.lower(): v for k, v in headers.items()})
+    assert relayed, relayed

@@ -116,7 +116,8 @@ def test_a_viewer_sees_no_decision_buttons_and_a_direct_post_is_refused(gate, fa
     c = client_for(NW_VIEWER)
     for url in ("/approvals/", f"/runs/{gate.run_id}/"):
         body = c.get(url).content.decode()
-        assert gate.preview in body and 'value="approve"' not in body, url
+        # The card, headed with the call in words (the agent's own preview is one click away).
+        assert "Refund $19.00 on order NW-1042" in body and 'value="approve"' not in body, url
     response = c.post(f"/approvals/{gate.pk}/decide", {"decision": "approve"})
     assert response.status_code == 403
     assert "viewer" in response.content.decode()

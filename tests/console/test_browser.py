@@ -168,8 +168,10 @@ def test_an_owner_runs_nw1_live_approves_and_sees_the_refund(browser, web_server
     stories = assert_story_reads_in_sentences(page)
     assert any(s.startswith("Looked up order NW-1042 — $") for s in stories), stories
     assert any(f"{NW_OWNER} approved at " in s for s in stories), stories
+    # The refund's card (the reply to the customer that followed has a decided card too).
+    refund_card = f"#decided-{Approval.objects.get(run_id=run_id, tool='issue_refund').pk}"
     for width in WIDTHS:
-        facts = assert_order_facts_fit(page, ".gate.decided", width)
+        facts = assert_order_facts_fit(page, refund_card, width)
         assert {"Total", "Refunded so far", "Left to refund"} <= set(facts), facts
         page.screenshot(path=str(WIDTH_SHOTS / f"run-approved-{width}.png"), full_page=True)
     assert_no_serious_violations(page, "an approved run")
