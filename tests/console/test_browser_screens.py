@@ -43,6 +43,7 @@ PAGES: dict[str, str] = {
     "policy": "/policy/",
     "usage": "/usage/",
     "merchant": "/merchant/",
+    "api-keys": "/merchant/keys/",
     "search": "/search/?q=NW-1042",
 }
 
