@@ -37,6 +37,9 @@ FIELDS = (
     "parked_idle_cpu_pct",
     "kill_to_resume_s",
     "takeover_s",
+    # Through a real web process (issue 28's acceptance).
+    "webhook_to_ticket_stored_p95_ms",
+    "api_run_to_first_step_p95_ms",
 )
 
 
@@ -75,6 +78,8 @@ def test_bench_quick_json_measures_every_figure_and_leaves_no_database_or_file(
             "4",
             "--pickup",
             "4",
+            "--api",
+            "3",
             "--window",
             "1",
         ],
@@ -104,7 +109,12 @@ def test_bench_quick_json_measures_every_figure_and_leaves_no_database_or_file(
         result["agent_step_ms"] / result["bare_dbos_step_ms"], 2
     )
     assert 0 < result["takeover_s"] < 60 and 0 < result["kill_to_resume_s"] < 60
+    assert result["api_samples"] == 3
+    assert (
+        result["webhook_to_ticket_stored_p95_ms"] > 0 and result["api_run_to_first_step_p95_ms"] > 0
+    )
     assert "agent step (DBOSRuntime.step)" in proc.stdout  # the human lines come first
+    assert "help-desk webhook → ticket stored" in proc.stdout
     # Nothing left behind: no scratch database, no file in the tree.
     sd = connections["default"].settings_dict
     server = {

@@ -41,6 +41,14 @@ DEFINITIONS = [
         "Idle worker, one run at a time arriving at a random point of the queue poll: the workflow row's `created_at` → its first step's start.",
     ),
     (
+        "webhook_to_ticket_stored_p50/p95_ms",
+        "A real `manage.py web` on a free port: a signed help-desk `ticket.created` sent → its `201` received (the answer follows the commit that stores the ticket and its thread line), one at a time.",
+    ),
+    (
+        "api_run_to_first_step_p50/p95_ms",
+        "The same web process, the in-process executor idle: `POST /api/v1/runs` sent → the run's first step started (DBOS's step clock), one QUICK run at a time arriving at a random point of the queue poll.",
+    ),
+    (
         "idle_worker_cpu_pct",
         "The executor process's CPU over the idle window (`idle_window_s`) with nothing to do.",
     ),

@@ -4,8 +4,9 @@ Works in a scratch database it creates on the configured server
 (``deskhand_bench_<random>``), migrates and seeds, and drops at the end (also on failure).
 First an in-process executor, configured as ``manage.py worker`` runs it, measures the
 floor (one INSERT + COMMIT), a bare DBOS step and an agent step, one NW-2 run, pickup
-latency, direct vs queued throughput and parked runs at several counts; then real worker
-processes measure one and two workers' throughput, SIGKILL to resume and takeover.
+latency, then (through a real ``manage.py web`` on a free port) a help-desk webhook →
+ticket stored and ``POST /api/v1/runs`` → first step, direct vs queued throughput and
+parked runs at several counts; then real worker processes measure one and two workers' throughput, SIGKILL to resume and takeover.
 It prints figures beside the floor, never pass/fail; ``--json`` makes the last line one
 JSON object; ``--write-docs`` rewrites docs/benchmarks.md and its chart, and without it
 nothing in the tree is touched. Definitions: docs/benchmarks.md.
@@ -32,13 +33,21 @@ from django.db import connections
 from deskhand.cli import DeskhandCommand, UsageError
 from tests.devtools.bench.probes import BENCH_APP, Progress, machine
 
-QUICK: dict[str, Any] = {"parked": [100, 300], "wake": 15, "samples": 100, "runs": 30, "pickup": 25}
+QUICK: dict[str, Any] = {
+    "parked": [100, 300],
+    "wake": 15,
+    "samples": 100,
+    "runs": 30,
+    "pickup": 25,
+    "api": 8,
+}
 FULL: dict[str, Any] = {
     "parked": [1000, 5000, 10000],
     "wake": 40,
     "samples": 300,
     "runs": 100,
     "pickup": 60,
+    "api": 40,
 }
 
 
@@ -76,6 +85,13 @@ class Command(DeskhandCommand):
         parser.add_argument("--runs", type=int, default=None, help="runs per throughput burst")
         parser.add_argument("--pickup", type=int, default=None, help="runs for pickup latency")
         parser.add_argument(
+            "--api",
+            type=int,
+            default=None,
+            metavar="N",
+            help="webhooks and API-started runs through a real web process (default 40; 8 with --quick)",
+        )
+        parser.add_argument(
             "--window",
             type=float,
             default=None,
@@ -111,7 +127,7 @@ class Command(DeskhandCommand):
             plan["parked"] = _levels(opts["parked"])
         if opts["park_workers"] < 0:
             raise UsageError("--park-workers must be 0 or more.")
-        for key in ("wake", "samples", "runs", "pickup"):
+        for key in ("wake", "samples", "runs", "pickup", "api"):
             if opts[key] is not None:
                 if opts[key] < (0 if key == "wake" else 1):
                     raise UsageError(f"--{key} must be at least {0 if key == 'wake' else 1}.")
@@ -242,7 +258,7 @@ class Command(DeskhandCommand):
         plan = self.plan
         fleet_work = 0 if self.opts["no_fleet"] else 33
         progress = Progress(
-            15 + 4 + 8 + sum(plan["parked"]) / 200 + 2 * len(plan["parked"]) + fleet_work
+            15 + 4 + 8 + 2 + sum(plan["parked"]) / 200 + 2 * len(plan["parked"]) + fleet_work
         )
         with connections["default"].cursor() as cur:
             cur.execute("SHOW server_version")
@@ -300,6 +316,7 @@ class Command(DeskhandCommand):
             inproc.nw2()
             install_override("*", LoadProvider())
             inproc.pickup(plan["pickup"], start=1, window=self._idle_window())
+            self._api(scratch, progress, out)
             inproc.throughput(plan["runs"], start=10_000)
             crew = None
             if self.opts["park_workers"]:
@@ -338,6 +355,17 @@ class Command(DeskhandCommand):
             inproc.close()
             progress.close()
         return out
+
+    def _api(self, scratch: str, progress: Any, out: dict[str, Any]) -> None:
+        """Webhook → ticket stored and API start → first step, over ``manage.py web``."""
+        from tests.devtools.bench import api
+
+        logs = Path(tempfile.mkdtemp(prefix="deskhand-bench-web-"))
+        web = api.WebProcess(self.server, scratch, logs)
+        try:
+            api.measure(web, self.plan["api"], start=5_000, progress=progress, out=out)
+        finally:
+            web.stop()
 
     def _peers(self, conninfo: dict[str, Any], inproc: Any, progress: Any) -> dict[str, Any]:
         """``--peers``: the three systems interleaved, then the wake and crash rows."""
@@ -449,6 +477,12 @@ class Command(DeskhandCommand):
         w(
             f"throughput, in-process: direct {r['runs_per_s_direct']}/s, queued"
             f" {r['runs_per_s_queue']}/s ({r['queue_over_direct']}x)"
+        )
+        w(
+            f"API over a real web process ({r['api_samples']} each): help-desk webhook → ticket"
+            f" stored p50 {r['webhook_to_ticket_stored_p50_ms']} ms, p95"
+            f" {r['webhook_to_ticket_stored_p95_ms']} ms; POST /api/v1/runs → first step p50"
+            f" {r['api_run_to_first_step_p50_ms']} ms, p95 {r['api_run_to_first_step_p95_ms']} ms"
         )
         for p in r["parked_series"]:
             w(
