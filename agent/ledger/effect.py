@@ -135,7 +135,7 @@ def execute_irreversible(
                 replayed=True,
             )
         else:
-            adapter = intents.adapter_name(run.merchant, tool)
+            adapter = intents.adapter_name(run.merchant, tool, run.ticket_id)
             external = adapter != intents.DATABASE
             entry = LedgerEntry.objects.create(
                 key=key,

@@ -47,6 +47,7 @@ from agent.run.steplog import storable
 from agent.tools import get_tool
 from agent.tools.registry import ToolContext, ToolDef, ToolError
 from deskhand import events
+from deskhand.apikeys.relay import relays_replies
 
 DATABASE = "database"
 ADAPTERS: dict[str, Adapter] = {
@@ -55,11 +56,18 @@ ADAPTERS: dict[str, Adapter] = {
 }
 
 
-def adapter_name(merchant: Any, tool: ToolDef) -> str:
-    """Where ``tool``'s effect happens for ``merchant``: ``database``, ``payments`` or ``smtp``."""
+def adapter_name(merchant: Any, tool: ToolDef, ticket_id: int | None = None) -> str:
+    """Where ``tool``'s effect happens for ``merchant``: ``database``, ``payments`` or ``smtp``.
+
+    Mail on a ticket whose help desk takes replies stays in the database: the line it
+    writes on the thread is relayed to the desk as a signed webhook
+    (``deskhand.apikeys.relay``), and the customer gets it there, not also as an email.
+    """
     if tool.external == "payments" and merchant.refund_adapter == "payments":
         return PaymentsAdapter.name
     if tool.external == "mail" and merchant.mail_adapter == "smtp":
+        if ticket_id is not None and relays_replies(ticket_id):
+            return DATABASE
         return SmtpAdapter.name
     return DATABASE
 

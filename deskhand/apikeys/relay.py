@@ -7,9 +7,10 @@ The row is POSTed with Standard Webhooks headers under the source's secret and a
 one the desk deduplicates: at least once, never dropped, retried with backoff
 (5 s doubling, at most an hour). Each attempt's outcome stays on the row (the admin shows it).
 
-The line itself is written by the run's email effect, claimed once in the ledger; with a
-help-desk ticket, keep the merchant's mail adapter in the database (the default), so the
-reply reaches the customer through the desk rather than as an email too.
+The line itself is written by the run's email effect, claimed once in the ledger. On a
+ticket whose desk takes replies (``relays_replies``) that effect stays in the database
+whatever the merchant's mail adapter (``agent.ledger.intents.adapter_name``): the reply
+reaches the customer through the desk only, never also as an email.
 """
 
 from __future__ import annotations
@@ -31,6 +32,19 @@ from deskhand.desk.models import MessageDirection, MessageKind, TicketMessage
 log = logging.getLogger(__name__)
 
 TIMEOUT = 10.0
+
+
+def relays_replies(ticket_id: int) -> bool:
+    """Does this ticket's agent line leave as a webhook to the help desk it came from?
+
+    The condition ``replies_claim`` relays under: the ticket came from a source that is
+    active and has a ``reply_url``.
+    """
+    return (
+        ExternalTicket.objects.filter(ticket_id=ticket_id, source__active=True)
+        .exclude(source__reply_url="")
+        .exists()
+    )
 
 
 def backoff(attempts: int) -> dt.timedelta:
