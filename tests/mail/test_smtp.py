@@ -128,6 +128,11 @@ def test_the_mail_receiver_command_takes_mail_over_smtp(tseeded):
 
 
 def test_the_mail_receiver_refuses_a_port_it_cannot_have_in_a_sentence(db):
+    from tests.fixtures.dbos import test_database_url
+
+    # The test's own database, in both modes: with DATABASE_URL set, the inherited one names a
+    # database the tests never create, and the receiver would refuse for that reason first.
+    env = dict(os.environ, DATABASE_URL=test_database_url())
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
         taken.listen()
@@ -135,6 +140,7 @@ def test_the_mail_receiver_refuses_a_port_it_cannot_have_in_a_sentence(db):
         done = subprocess.run(
             [sys.executable, "manage.py", "mail_receiver", "--port", str(port)],
             cwd=ROOT,
+            env=env,
             capture_output=True,
             timeout=60,
         )
