@@ -15,6 +15,7 @@ import http.client
 import json
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -118,6 +119,32 @@ def test_five_identical_idempotent_posts_at_once_start_one_run(server, tseeded):
     assert Run.objects.filter(ticket__reference="NW-3", merchant__slug="northwind").count() == 1
 
 
+def test_five_identical_idempotent_decisions_at_once_decide_once(server, tseeded):
+    from approvals.models import AuditEvent
+
+    token = new_key(["decide"])
+    approval = make_approval(make_run("NW-1", status="awaiting_approval"))
+    decide = {"decision": "approve", "member": NW_OWNER}
+
+    def post(_: int) -> tuple[int, Any]:
+        status, _h, body = call(
+            server,
+            "POST",
+            f"/api/v1/approvals/{approval.pk}/decide",
+            token,
+            decide,
+            **{"Idempotency-Key": "approve-once"},
+        )
+        return status, body
+
+    with concurrent.futures.ThreadPoolExecutor(5) as pool:
+        answers = list(pool.map(post, range(5)))
+    assert sorted(s for s, _ in answers) == [200, 200, 200, 200, 201], answers
+    assert {b["decided_by"] for _, b in answers} == {NW_OWNER}
+    assert Approval.objects.get(pk=approval.pk).status == "approved"
+    assert AuditEvent.objects.filter(run_id=approval.run_id, action="approval.approve").count() == 1
+
+
 def test_one_webhook_delivered_five_times_at_once_makes_one_ticket(server, tseeded):
     from deskhand.apikeys.helpdesk import source_create
     from deskhand.apikeys.models import ExternalTicket
@@ -150,6 +177,13 @@ def test_one_webhook_delivered_five_times_at_once_makes_one_ticket(server, tseed
     assert len({b["ticket"] for _, b in answers}) == 1
     link = ExternalTicket.objects.get(external_id="ZD-77")
     assert TicketMessage.objects.filter(ticket=link.ticket).count() == 1
+    # Northwind answers every customer message with a run: one message, one run.
+    deadline = time.monotonic() + 30
+    while not Run.objects.filter(ticket=link.ticket).exists():
+        assert time.monotonic() < deadline, "no run opened for the desk's ticket"
+        time.sleep(0.2)
+    time.sleep(2)  # any second run would have been opened by now
+    assert Run.objects.filter(ticket=link.ticket).count() == 1
 
 
 def test_schemathesis_finds_no_server_error_and_no_answer_against_the_schema(
