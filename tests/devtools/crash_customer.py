@@ -146,8 +146,9 @@ def check(run: Run, ticket: Ticket) -> list[str]:
     if sent != 2:
         problems.append(f"{sent} messages to the customer, not 2 (the question, the reply)")
     rows = Step.objects.filter(run=run, tool="ask_customer", kind="tool")
-    answers = [s for s in rows if "The customer answered" in s.payload.text]
-    if len(answers) != 1 or "NW-1077" not in answers[0].payload.text:
+    texts = [str(getattr(s.payload, "text", "")) for s in rows]
+    answers = [t for t in texts if "The customer answered" in t]
+    if len(answers) != 1 or "NW-1077" not in answers[0]:
         problems.append(f"the answer reached the model {len(answers)} times, not once")
     if not 0 < run.waited_seconds < 600:
         problems.append(f"waited {run.waited_seconds:.0f}s handed back (not once)")
