@@ -3,14 +3,15 @@
 ``nw1-payments`` is NW-1 with Northwind's refunds at the payments double: each of its
 schedules must end with one refund at the double and one (settled) in the database.
 
-The full sweep — every boundary of NW-1, NW-3's denial and LU-2 — is
-``python manage.py crash_sweep``; docs/evals.md has its last numbers.
+The full sweep — every boundary of NW-1, NW-3's denial, LU-2 and a customer's mail
+conversation — is ``python manage.py crash_sweep``; docs/evals.md has its last numbers.
 """
 
 from __future__ import annotations
 
 import pytest
 
+from tests.devtools import crash_customer
 from tests.devtools.crash import CASES, CI_SCHEDULES, Boundary, check, play, prepare_world
 from tests.fixtures.dbos import empty_dbos_schema, stop_in_process_executor
 
@@ -38,3 +39,18 @@ def test_a_worker_killed_at_a_boundary_finishes_the_run_once(
         f"the worker was never killed at {point} (see .deskhand/crash-sweep/{executor_id}.log)"
     )
     assert check(CASES[case], run) == []
+
+
+# The customer's conversation by mail (the sweep's ``customer`` case): killed as the run
+# parks on the customer, and as it takes the stored answer in.
+CUSTOMER_CI = ("after_step:customer.park", "after_step:customer.resume")
+
+
+@pytest.mark.parametrize("point", CUSTOMER_CI)
+def test_a_worker_killed_in_a_customer_conversation_asks_once_and_answers_once(
+    no_executor, point: str
+) -> None:
+    crash_customer.prepare_world()
+    run, ticket, fired = crash_customer.play(Boundary.parse(point))
+    assert fired, f"the worker was never killed at {point} (see .deskhand/crash-sweep/)"
+    assert crash_customer.check(run, ticket) == []
