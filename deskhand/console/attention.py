@@ -375,7 +375,7 @@ def attention_items(*, merchant_id: int, now: dt.datetime) -> list[Item]:
             Item(
                 kind="reply_cap",
                 label="Daily message limit reached",
-                title=reply_cap_sentence(t, t.sent_today),
+                title=reply_cap_sentence(t, t.sent_today),  # type: ignore[attr-defined]
                 ticket=t.reference,
                 since=t.updated_at,
                 age=_age(t.updated_at, now),

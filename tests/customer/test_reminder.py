@@ -57,6 +57,8 @@ def reminded(ticket, run: Run, monkeypatch) -> TicketMessage:
     assert reminder.in_reply_to == ticket.messages.filter(kind="customer").last().message_id
     [entry] = LedgerEntry.objects.filter(run=run, tool="reply_to_customer")
     assert entry.ok
+    names = _checkpoint_names(str(run.pk))
+    assert "DBOS.patch-customer-reminder" in names and "customer.repark" in names
     # The sweep does not wake it again for the reminder; only the window's end would.
     assert customer_waits_sweep() == 0
     return reminder
@@ -105,3 +107,57 @@ def test_without_the_setting_no_reminder_goes(dbos_executor, receiver, tseeded, 
     time.sleep(0.5)
     assert len(outbound(ticket)) == 1
     assert Run.objects.get(pk=run.pk).status == "awaiting_customer"
+
+
+def test_the_daily_limit_counts_the_reminder(dbos_executor, receiver, reminding, monkeypatch):
+    Merchant.objects.filter(slug="northwind").update(max_customer_messages_per_day=1)
+    ticket = new_ticket(receiver)
+    run = asked(ticket)  # the question used the day's one message
+    monkeypatch.setenv("DESKHAND_CLOCK_OFFSET_SECONDS", str(THREE_DAYS // 2 + 60))
+    assert customer_waits_sweep() == 1
+    run = wait_for_run(
+        str(run.id), lambda r: r.status == "awaiting_customer" and "reminder" in r.wait_reason
+    )
+    [entry] = LedgerEntry.objects.filter(run=run, tool="reply_to_customer")
+    assert not entry.ok and "daily limit" in str(entry.result)  # refused, recorded, not sent
+    assert len(outbound(ticket)) == 1
+
+    monkeypatch.setenv("DESKHAND_CLOCK_OFFSET_SECONDS", str(THREE_DAYS + 60))
+    assert customer_waits_sweep() == 1
+    run = wait_terminal(str(run.id))
+    assert (run.status, run.stop_reason) == ("exhausted", "customer_no_reply"), run.summary
+
+
+def test_a_run_parked_without_a_reminder_keeps_waiting_as_it_did(
+    dbos_executor, receiver, tseeded, monkeypatch
+):
+    # Its park was recorded without a reminder's time, as every park before the
+    # customer-reminder patch was: turning reminders on later sends it none.
+    Merchant.objects.filter(slug="northwind").update(auto_runs="new_tickets")
+    ticket = new_ticket(receiver)
+    run = asked(ticket)
+    Merchant.objects.filter(slug="northwind").update(reply_reminder=True)
+    monkeypatch.setenv("DESKHAND_CLOCK_OFFSET_SECONDS", str(THREE_DAYS // 2 + 60))
+    assert customer_waits_sweep() == 1  # the sweep cannot tell; the run reads and waits on
+    time.sleep(1)
+    assert Run.objects.get(pk=run.pk).status == "awaiting_customer"
+    assert len(outbound(ticket)) == 1
+
+    monkeypatch.setenv("DESKHAND_CLOCK_OFFSET_SECONDS", str(THREE_DAYS + 60))
+    assert customer_waits_sweep() == 1
+    run = wait_terminal(str(run.id))
+    assert (run.status, run.stop_reason) == ("exhausted", "customer_no_reply"), run.summary
+    assert len(outbound(ticket)) == 1
+    names = _checkpoint_names(str(run.pk))
+    assert "DBOS.patch-customer-reminder" not in names and "customer.repark" not in names
+
+
+def _checkpoint_names(run_id: str) -> list[str]:
+    from django.db import connection
+
+    with connection.cursor() as cur:
+        cur.execute(
+            "SELECT function_name FROM dbos.operation_outputs WHERE workflow_uuid = %s",
+            [run_id],
+        )
+        return [r[0] for r in cur.fetchall()]
