@@ -27,6 +27,7 @@ from django.utils import timezone
 from agent.models import Run, RunStatus, Step
 from agent.run.payloads import StepKind
 from agent.run.steplog import log_step
+from agent.tools.irreversible import REMINDER_CALL_SUFFIX
 from agent.tools.registry import Risk
 from deskhand.dbos.names import customer_topic
 from deskhand.desk.models import MessageDirection, MessageKind, TicketMessage
@@ -105,7 +106,7 @@ def reminder_call(call: dict[str, Any]) -> dict[str, Any]:
         f"{question}\n\nA reply to this email is all it takes."
     )
     return {
-        "id": f"{call.get('id', '')}-reminder",
+        "id": f"{call.get('id', '')}{REMINDER_CALL_SUFFIX}",
         "name": REPLY_TOOL,
         "input": {"reference": args.get("reference", ""), "body": body},
     }
