@@ -25,7 +25,14 @@ from agent.conversation.live import (
     tool_uses,
     unrunnable,
 )
-from agent.customer.wait import ASK_TOOL, customer_park, customer_read, customer_resume
+from agent.customer.wait import (
+    ASK_TOOL,
+    customer_park,
+    customer_read,
+    customer_repark,
+    customer_resume,
+    reminder_call,
+)
 from agent.ledger.effect import execute_irreversible, ledger_lookup
 from agent.models import RunStatus, StopReason
 from agent.run.legacy_turns import LegacyTurns
@@ -299,13 +306,36 @@ class Loop:
         if park.get("closed"):
             raise closed_quietly(park["closed"])
         until = dt.datetime.fromisoformat(park["until"])
+        # One reminder when the merchant wants it (runs parked before it wait as they did).
+        remind_at = park.get("remind_at")
+        if remind_at is not None and not await self.rt.patch(Patch.CUSTOMER_REMINDER):
+            remind_at = None
         while True:
+            due = [remind_at] if remind_at is not None else []
             seen = await self.rt.step(
-                StepName.CUSTOMER_READ, customer_read, self.run_id, park["after"], park["until"]
+                StepName.CUSTOMER_READ,
+                customer_read,
+                self.run_id,
+                park["after"],
+                park["until"],
+                *due,
             )
             if seen["answered"] or seen["passed"]:
                 break
-            await self.rt.wait(park["topic"], until)
+            if seen.get("remind"):
+                # Once: a reply of the run's own, gated and claimed like any (its refusal,
+                # at the daily cap say, is recorded and the wait goes on).
+                remind_at = None
+                await self._gated(reminder_call(call))
+                again = await self.rt.step(
+                    StepName.CUSTOMER_REPARK, customer_repark, self.run_id, park["until"]
+                )
+                if again.get("closed"):
+                    raise closed_quietly(again["closed"])
+                continue
+            await self.rt.wait(
+                park["topic"], dt.datetime.fromisoformat(remind_at) if remind_at else until
+            )
         verdict = await self.rt.step(
             StepName.CUSTOMER_RESUME,
             customer_resume,

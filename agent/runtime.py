@@ -40,6 +40,8 @@ class StepName(enum.StrEnum):
     CUSTOMER_PARK = "customer.park"
     CUSTOMER_READ = "customer.read"
     CUSTOMER_RESUME = "customer.resume"
+    # After the reminder went out (Patch.CUSTOMER_REMINDER): the run waits for the customer again.
+    CUSTOMER_REPARK = "customer.repark"
     FINISH = "run.finish"
     FAIL = "run.fail"
     # Recorded only by runs that went the older way through a turn (agent.run.legacy_turns).
@@ -86,6 +88,8 @@ class Patch(enum.StrEnum):
     FENCE_IN_OPENING_TURN = "fence-in-opening-turn"
     UNKNOWN_STOP_REASON_ENDS_RUN = "unknown-stop-reason-ends-run"
     MODEL_CALLS_RATE_LIMITED = "model-calls-rate-limited"
+    # The wait for the customer may send one reminder (Merchant.reply_reminder, agent.customer.wait).
+    CUSTOMER_REMINDER = "customer-reminder"
 
 
 class Runtime(Protocol):

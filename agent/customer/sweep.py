@@ -5,7 +5,8 @@ Two things can leave it asleep longer than it should: the wake-up a customer's l
 was lost (the process that stored the line died before sending), or the window was read
 on a clock that moved (``agent.customer.wait.now``, as tests move it). The reconciler
 calls ``customer_waits_sweep`` on each pass; every message it sends is keyed (by the
-customer's line, or by the window), so a run is woken once whatever the sweep repeats.
+customer's line, by the window, or by the reminder's time when the merchant sends one), so a
+run is woken once whatever the sweep repeats.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from __future__ import annotations
 import logging
 
 from agent.customer.route import wake_key
-from agent.customer.wait import now
+from agent.customer.wait import now, reminder_due
 from agent.models import Run, RunStatus
 from deskhand.dbos import client as dbos_client
 from deskhand.desk.models import MessageDirection, MessageKind, TicketMessage
@@ -25,9 +26,11 @@ def customer_waits_sweep(limit: int = 500) -> int:
     """Wake each waiting run whose customer answered, or whose window passed. How many."""
     woken = 0
     clock = now()
-    for run in Run.objects.filter(status=RunStatus.AWAITING_CUSTOMER).order_by("waiting_until")[
-        :limit
-    ]:
+    for run in (
+        Run.objects.filter(status=RunStatus.AWAITING_CUSTOMER)
+        .select_related("merchant")
+        .order_by("waiting_until")[:limit]
+    ):
         question = (
             TicketMessage.objects.filter(
                 ticket_id=run.ticket_id, run_id=run.pk, direction=MessageDirection.OUTBOUND
@@ -52,6 +55,14 @@ def customer_waits_sweep(limit: int = 500) -> int:
             key = wake_key(answer)  # the route's own key: a wake-up it did send is not repeated
         elif run.waiting_until is not None and clock >= run.waiting_until:
             key = f"customer-window:{run.pk}:{run.waiting_until.isoformat()}"
+        elif (
+            run.merchant.reply_reminder
+            and run.waiting_until is not None
+            and clock >= reminder_due(run.waiting_until, run.merchant.reply_window_seconds)
+            and "reminder sent" not in run.wait_reason
+        ):
+            # The reminder is due (a run that sent it re-parks saying so): keyed, it wakes once.
+            key = f"customer-reminder:{run.pk}:{run.waiting_until.isoformat()}"
         else:
             continue
         try:

@@ -5,6 +5,11 @@ run waits between ``customer_read`` calls on the ticket's topic
 (``deskhand.dbos.names.customer_topic``) until the reply window's end; a message only
 wakes it, and what the customer wrote is read from the thread here.
 
+When the merchant wants it (``Merchant.reply_reminder``), one reminder goes to the customer
+halfway through the window (``REMINDER_AT``): the loop sends it as a ``reply_to_customer``
+call of its own (gated, claimed once in the ledger, threaded, counted by the daily cap),
+re-parks on the same window (``customer_repark``) and keeps waiting.
+
 The reply window is read on ``now()``, the clock a test may move: three days pass in
 milliseconds when a test sets ``DESKHAND_CLOCK_OFFSET_SECONDS`` and wakes the run
 (``agent.customer.sweep``). Production never sets it.
@@ -22,6 +27,7 @@ from django.utils import timezone
 from agent.models import Run, RunStatus, Step
 from agent.run.payloads import StepKind
 from agent.run.steplog import log_step
+from agent.tools.irreversible import REMINDER_CALL_SUFFIX
 from agent.tools.registry import Risk
 from deskhand.dbos.names import customer_topic
 from deskhand.desk.models import MessageDirection, MessageKind, TicketMessage
@@ -29,6 +35,9 @@ from deskhand.desk.services import ticket_note_add
 
 ASK_TOOL = "ask_customer"
 ANSWER_PREFIX = "The customer answered"
+REPLY_TOOL = "reply_to_customer"
+REMINDER_AT = 0.5  # of the reply window: the reminder goes out halfway through it
+REMINDER_OPENING = "A reminder about our question, in case it was missed"
 
 
 def now() -> dt.datetime:
@@ -71,13 +80,51 @@ def customer_park(run_id: str, call: dict[str, Any]) -> dict[str, Any]:
             run.waiting_until = until
             run.wait_reason = f"waiting for the customer's answer on {run.ticket.reference}"
             run.save(update_fields=["status", "waiting_until", "wait_reason", "updated_at"])
-    return {
+    out = {
         "topic": customer_topic(run.ticket_id),
         "until": until.isoformat(),
         "after": after,
         "asked_at": asked_at.isoformat(),
         "call_id": call.get("id", ""),
     }
+    if run.merchant.reply_reminder:
+        out["remind_at"] = reminder_due(until, run.merchant.reply_window_seconds).isoformat()
+    return out
+
+
+def reminder_due(until: dt.datetime, window_seconds: int) -> dt.datetime:
+    """When the one reminder goes out: ``REMINDER_AT`` of the way through the window."""
+    return until - dt.timedelta(seconds=window_seconds * (1 - REMINDER_AT))
+
+
+def reminder_call(call: dict[str, Any]) -> dict[str, Any]:
+    """The reminder, as the reply call the loop makes (a pure function of the recorded ask)."""
+    args = call.get("input") or {}
+    question = str(args.get("question", "")).strip()[:3500]
+    body = (
+        f"{REMINDER_OPENING}: we still need your answer to carry on with your request.\n\n"
+        f"{question}\n\nA reply to this email is all it takes."
+    )
+    return {
+        "id": f"{call.get('id', '')}{REMINDER_CALL_SUFFIX}",
+        "name": REPLY_TOOL,
+        "input": {"reference": args.get("reference", ""), "body": body},
+    }
+
+
+def customer_repark(run_id: str, until: str) -> dict[str, Any]:
+    """After the reminder: the run waits for the customer again, on the same window."""
+    with transaction.atomic():
+        run = Run.objects.select_for_update().select_related("ticket").get(pk=run_id)
+        if not run.is_active:
+            return {"closed": run.status}
+        run.status = RunStatus.AWAITING_CUSTOMER
+        run.waiting_until = dt.datetime.fromisoformat(until)
+        run.wait_reason = (
+            f"waiting for the customer's answer on {run.ticket.reference} (reminder sent)"
+        )
+        run.save(update_fields=["status", "waiting_until", "wait_reason", "updated_at"])
+    return {"until": until}
 
 
 def _answers(ticket_id: int, after: int) -> list[TicketMessage]:
@@ -93,14 +140,19 @@ def _answers(ticket_id: int, after: int) -> list[TicketMessage]:
     )
 
 
-def customer_read(run_id: str, after: int, until: str) -> dict[str, Any]:
-    """What the thread holds now: the answer's lines, and whether the window has passed."""
+def customer_read(
+    run_id: str, after: int, until: str, remind_at: str | None = None
+) -> dict[str, Any]:
+    """What the thread holds now: the answer's lines, whether the window has passed, and
+    (given ``remind_at``, the reminder not yet sent) whether the reminder is due."""
     ticket_id = Run.objects.values_list("ticket_id", flat=True).get(pk=run_id)
     found = _answers(ticket_id, after)
-    return {
-        "answered": [m.pk for m in found],
-        "passed": not found and now() >= dt.datetime.fromisoformat(until),
-    }
+    clock = now()
+    passed = not found and clock >= dt.datetime.fromisoformat(until)
+    out: dict[str, Any] = {"answered": [m.pk for m in found], "passed": passed}
+    if remind_at is not None:
+        out["remind"] = not found and not passed and clock >= dt.datetime.fromisoformat(remind_at)
+    return out
 
 
 def customer_resume(

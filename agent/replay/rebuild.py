@@ -41,7 +41,7 @@ from agent.replay.timeline import Timeline
 from agent.run import payloads
 from agent.run.payloads import StepKind
 from agent.tools import api_schemas, args_hash
-from agent.tools.irreversible import ASKED_PREFIX
+from agent.tools.irreversible import ASKED_PREFIX, REMINDER_CALL_SUFFIX
 
 
 @dataclasses.dataclass
@@ -202,6 +202,8 @@ class Rebuild:
             self._settle_before(None)
 
     def feed(self, step: Step) -> None:
+        if (step.tool_call_id or "").endswith(REMINDER_CALL_SUFFIX):
+            return  # the wait's own reminder (agent.customer.wait): not in the conversation
         self.prepare(step)
         if not self.stopped:
             self._apply(step)

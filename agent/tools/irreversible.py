@@ -141,6 +141,10 @@ def ask_customer(ctx: ToolContext, args: dict[str, Any]) -> ToolOutcome:
     return asked_result(ticket, email)
 
 
+# The call id of the reminder the wait sends on its own (agent.customer.wait.reminder_call):
+# the ask's id plus this. Not a model's call: replay passes over its rows.
+REMINDER_CALL_SUFFIX = "-reminder"
+
 # How the ask's own result reads; the model is handed the customer's answer instead.
 ASKED_PREFIX = "Asked the customer"
 

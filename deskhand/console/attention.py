@@ -12,7 +12,9 @@ the model step and cleared when the call proceeds) is here while it waits, with 
 What was done to a run's workflow with DBOS's own tools and needs a person to know (a fork
 refused, a resumed workflow of a closed run stopped again, an open run whose workflow ended:
 ``agent.run.workflow_findings``) is here until someone settles it
-(``manage.py workflow_findings --resolve``).
+(``manage.py workflow_findings --resolve``). A ticket whose customer was sent the merchant's
+daily limit of messages today (``Merchant.max_customer_messages_per_day``: two bots answering
+each other stop there) is here for the rest of the merchant's day, saying why.
 
 Reads only, each bounded, each filtered by the merchant in SQL.
 """
@@ -25,7 +27,7 @@ import re
 import uuid
 from collections.abc import Iterable
 
-from django.db.models import Exists, OuterRef, Q, QuerySet, Sum
+from django.db.models import Count, Exists, F, OuterRef, Q, QuerySet, Sum
 from django.db.models.functions import Coalesce
 from django.urls import reverse
 
@@ -40,6 +42,8 @@ from agent.models import (
 from approvals.models import Approval, ApprovalStatus
 from deskhand.console import present
 from deskhand.desk.models import (
+    Merchant,
+    MessageDirection,
     MessageKind,
     Order,
     Refund,
@@ -48,6 +52,7 @@ from deskhand.desk.models import (
     TicketMessage,
     TicketStatus,
 )
+from deskhand.desk.services import merchant_day_start
 
 LIMIT = 100  # per kind: a queue longer than this is a page to filter, not to scroll
 
@@ -73,7 +78,7 @@ class Stake:
 class Item:
     """One row of the attention queue."""
 
-    kind: str  # "approval" | "escalated" | "run" | "provider_wait" | "workflow"
+    kind: str  # "approval" | "escalated" | "run" | "provider_wait" | "workflow" | "reply_cap"
     label: str  # what it is, e.g. "Approval waiting", "Ticket escalated"
     title: str  # the one line a person reads
     ticket: str  # the ticket reference
@@ -231,6 +236,34 @@ def _workflow_findings(merchant_id: int) -> QuerySet[WorkflowFinding]:
     return WorkflowFinding.objects.filter(merchant_id=merchant_id, resolved_at__isnull=True)
 
 
+def _at_reply_cap(merchant_id: int) -> QuerySet[Ticket]:
+    """Open tickets whose customer was sent the merchant's daily limit of messages today."""
+    merchant = Merchant.objects.get(pk=merchant_id)
+    return (
+        Ticket.objects.filter(merchant_id=merchant_id)
+        .exclude(status=TicketStatus.RESOLVED)
+        .annotate(
+            sent_today=Count(
+                "messages",
+                filter=Q(
+                    messages__direction=MessageDirection.OUTBOUND,
+                    messages__created_at__gte=merchant_day_start(merchant),
+                ),
+            )
+        )
+        .filter(sent_today__gte=F("merchant__max_customer_messages_per_day"))
+    )
+
+
+def reply_cap_sentence(ticket: Ticket, sent: int) -> str:
+    """Why a ticket at its daily limit needs a person (the queue's and the router's words)."""
+    return (
+        f"{ticket.merchant.name} sent this customer {sent} messages today, its daily limit per "
+        "ticket: nothing more goes out until tomorrow (an auto-responder answering every reply "
+        "stops here); read the thread and answer by hand if a person is writing"
+    )
+
+
 def _age(since: dt.datetime, now: dt.datetime) -> str:
     return present.duration((now - since).total_seconds())
 
@@ -335,6 +368,21 @@ def attention_items(*, merchant_id: int, now: dt.datetime) -> list[Item]:
                 url=_run_url(about.pk),
             )
         )
+    for t in (
+        _at_reply_cap(merchant_id).select_related("merchant").order_by("updated_at", "id")[:LIMIT]
+    ):
+        items.append(
+            Item(
+                kind="reply_cap",
+                label="Daily message limit reached",
+                title=reply_cap_sentence(t, t.sent_today),  # type: ignore[attr-defined]
+                ticket=t.reference,
+                since=t.updated_at,
+                age=_age(t.updated_at, now),
+                money="—",
+                url=reverse("console:ticket", kwargs={"reference": t.reference}),
+            )
+        )
     items.sort(key=lambda i: i.since)
     return items
 
@@ -351,6 +399,7 @@ def attention_counts(*, merchant_id: int) -> dict[str, int]:
         "runs": _ended_short(merchant_id).count(),
         "provider_wait": _waiting_on_provider(merchant_id).count(),
         "workflows": _workflow_findings(merchant_id).count(),
+        "reply_cap": _at_reply_cap(merchant_id).count(),
     }
     counts["total"] = sum(counts.values())
     return counts

@@ -35,6 +35,7 @@ def test_the_step_names_a_run_records_are_the_pinned_ones():
         "customer.park",
         "customer.read",
         "customer.resume",
+        "customer.repark",
         "run.finish",
         "run.fail",
         "bounds.check",
@@ -57,6 +58,7 @@ def test_the_patch_names_are_the_pinned_ones():
         "fence-in-opening-turn",
         "unknown-stop-reason-ends-run",
         "model-calls-rate-limited",
+        "customer-reminder",
     ]
 
 
