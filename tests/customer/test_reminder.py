@@ -64,9 +64,8 @@ def reminded(ticket, run: Run, monkeypatch) -> TicketMessage:
     return reminder
 
 
-def test_the_reminder_goes_once_and_the_answer_wakes_the_run(
-    dbos_executor, receiver, reminding, monkeypatch
-):
+@pytest.mark.usefixtures("reminding")
+def test_the_reminder_goes_once_and_the_answer_wakes_the_run(dbos_executor, receiver, monkeypatch):
     ticket = new_ticket(receiver)
     run = asked(ticket)
     reminder = reminded(ticket, run, monkeypatch)
@@ -84,8 +83,9 @@ def test_the_reminder_goes_once_and_the_answer_wakes_the_run(
     assert len(outbound(ticket)) == 3
 
 
+@pytest.mark.usefixtures("reminding")
 def test_no_answer_after_the_reminder_ends_the_run_customer_did_not_reply(
-    dbos_executor, receiver, reminding, monkeypatch
+    dbos_executor, receiver, monkeypatch
 ):
     ticket = new_ticket(receiver)
     run = asked(ticket)
@@ -109,7 +109,8 @@ def test_without_the_setting_no_reminder_goes(dbos_executor, receiver, tseeded, 
     assert Run.objects.get(pk=run.pk).status == "awaiting_customer"
 
 
-def test_the_daily_limit_counts_the_reminder(dbos_executor, receiver, reminding, monkeypatch):
+@pytest.mark.usefixtures("reminding")
+def test_the_daily_limit_counts_the_reminder(dbos_executor, receiver, monkeypatch):
     Merchant.objects.filter(slug="northwind").update(max_customer_messages_per_day=1)
     ticket = new_ticket(receiver)
     run = asked(ticket)  # the question used the day's one message
