@@ -12,7 +12,7 @@ is signed with Standard Webhooks (``webhook-signature``) and, for receivers writ
 before it, with ``X-Deskhand-Signature`` too.
 
 A failure is recorded on the row (``attempts``, ``last_error``) and retried
-after ``BACKOFF_BASE * 2**(attempts-1)`` seconds, capped at ``BACKOFF_CAP``;
+after ``deskhand.retry.backoff`` (5 s doubling, capped at an hour);
 nothing is ever dropped. Each webhook attempt is also a ``WebhookDelivery``
 row, the delivery log the admin shows.
 """
@@ -37,11 +37,10 @@ from django.utils import timezone
 from standardwebhooks import Webhook
 
 from approvals.notification_models import Notification, Transport, WebhookDelivery, WebhookEndpoint
+from deskhand.retry import backoff
 
 log = logging.getLogger(__name__)
 
-BACKOFF_BASE = 5.0  # seconds before the first retry
-BACKOFF_CAP = 3600.0
 WEBHOOK_TIMEOUT = 10.0
 
 
@@ -50,11 +49,6 @@ Checkpoint = Callable[[str, str], None]
 
 def _nowhere(point: str, target: str) -> None:
     return None
-
-
-def backoff(attempts: int) -> dt.timedelta:
-    """How long to wait after the ``attempts``-th failure."""
-    return dt.timedelta(seconds=min(BACKOFF_BASE * 2 ** max(attempts - 1, 0), BACKOFF_CAP))
 
 
 def message_id(notification: Notification) -> str:

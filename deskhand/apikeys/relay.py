@@ -28,6 +28,7 @@ from standardwebhooks import Webhook
 
 from deskhand.apikeys.models import ExternalTicket, HelpdeskReply
 from deskhand.desk.models import MessageDirection, MessageKind, TicketMessage
+from deskhand.retry import backoff
 
 log = logging.getLogger(__name__)
 
@@ -45,10 +46,6 @@ def relays_replies(ticket_id: int) -> bool:
         .exclude(source__reply_url="")
         .exists()
     )
-
-
-def backoff(attempts: int) -> dt.timedelta:
-    return dt.timedelta(seconds=min(5.0 * 2 ** max(attempts - 1, 0), 3600.0))
 
 
 def replies_claim(*, now: dt.datetime, limit: int = 200) -> int:
