@@ -44,6 +44,7 @@ class ThreadLine:
     automated: str
     quoted: str  # the whole text, when the reader sees a trimmed one
     attachments: list[Attachment]
+    text: str  # what the reader reads under the line's subject
 
     @property
     def internal(self) -> bool:
@@ -97,6 +98,16 @@ def _how(m: TicketMessage, direction: str) -> str:
     return f"told the customer {by}"
 
 
+def _text(m: TicketMessage) -> str:
+    """The body without the ``Subject:`` line an email's thread copy opens with.
+
+    The copy keeps that line because the model reads the thread as text (and its prompts
+    must not change under a run); the page shows the subject once, above the body.
+    """
+    head = f"Subject: {m.subject}\n\n"
+    return m.body.removeprefix(head) if m.subject else m.body
+
+
 def thread_lines(ticket: Ticket) -> list[ThreadLine]:
     messages = (
         TicketMessage.objects.filter(ticket=ticket)
@@ -136,6 +147,7 @@ def thread_lines(ticket: Ticket) -> list[ThreadLine]:
                     )
                     for a in files
                 ],
+                text=_text(m),
             )
         )
     return lines

@@ -60,7 +60,8 @@ def test_the_ticket_page_shows_the_thread_as_a_conversation(seeded):
     assert "Dana Whitfield <dana.whitfield@example.com> wrote by email" in text
     assert "internal note — the customer never sees it" in text
     assert "Agent told the customer by email · to dana.whitfield@example.com" in text
-    assert "Subject: Your refund" in text
+    assert text.count("Subject: Your refund") == 1  # above the body, not again inside it
+    assert "<pre>We refunded 38.00 USD.\n\nNorthwind Coffee</pre>" in thread
     # The reader sees the new text; the quoted history and the headers are a click away.
     reply = thread.split('<li class="msg d-in k-customer">')[2]
     assert "<pre>Thank you!</pre>" in reply and "Quoted history and mail headers" in reply
