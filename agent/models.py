@@ -105,8 +105,14 @@ class Run(models.Model):
     """One agent run over one ticket. Its id is the DBOS workflow id."""
 
     id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
-    merchant = models.ForeignKey("desk.Merchant", on_delete=models.PROTECT, related_name="runs")
-    ticket = models.ForeignKey("desk.Ticket", on_delete=models.PROTECT, related_name="runs")
+    # No index of their own: run_merchant_recent and run_ticket_recent lead with them (every
+    # index on this table is written again by each status change of a run).
+    merchant = models.ForeignKey(
+        "desk.Merchant", on_delete=models.PROTECT, related_name="runs", db_index=False
+    )
+    ticket = models.ForeignKey(
+        "desk.Ticket", on_delete=models.PROTECT, related_name="runs", db_index=False
+    )
     started_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+"
     )
@@ -143,13 +149,23 @@ class Run(models.Model):
     cache_write_tokens = models.BigIntegerField(default=0, db_default=0)
     cost_micros = models.BigIntegerField(default=0)
     forked_from = models.ForeignKey(
-        "self", null=True, blank=True, on_delete=models.PROTECT, related_name="forks"
+        "self",
+        null=True,
+        blank=True,
+        on_delete=models.PROTECT,
+        related_name="forks",
+        db_index=False,  # run_forked_from: only forks are indexed
     )
     fork_step = models.PositiveIntegerField(null=True, blank=True)
     # The prompt version its latest model call was sent (each model step's payload names its
     # own); null for runs recorded before versions were kept, or with no model call yet.
     prompt_version = models.ForeignKey(
-        PromptVersion, null=True, blank=True, on_delete=models.PROTECT, related_name="+"
+        PromptVersion,
+        null=True,
+        blank=True,
+        on_delete=models.PROTECT,
+        related_name="+",
+        db_index=False,  # run_prompt_version, without the LIKE index a text key would get
     )
     created_at = models.DateTimeField(auto_now_add=True)
     started_at = models.DateTimeField(null=True, blank=True)
@@ -177,6 +193,12 @@ class Run(models.Model):
             models.Index(fields=["merchant", "status", "-created_at"], name="run_merchant_status"),
             models.Index(fields=["ticket", "-created_at"], name="run_ticket_recent"),
             models.Index(fields=["status", "created_at"], name="run_status_created"),
+            models.Index(
+                fields=["forked_from"],
+                name="run_forked_from",
+                condition=Q(forked_from__isnull=False),
+            ),
+            models.Index(fields=["prompt_version"], name="run_prompt_version"),
         ]
 
     def __str__(self) -> str:
@@ -225,7 +247,8 @@ class Step(models.Model):
     ``result`` holds a typed payload (``agent.run.payloads``); read it as ``payload``.
     """
 
-    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="step_log")
+    # step_seq_per_run (run, seq) leads with the run: a second index would only cost writes.
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="step_log", db_index=False)
     seq = models.PositiveIntegerField()
     function_id = models.IntegerField(
         null=True, blank=True, help_text="The DBOS function id of the step."
@@ -253,14 +276,24 @@ class Step(models.Model):
     replayed = models.BooleanField(default=False)
     inverse = models.JSONField(null=True, blank=True)
     undone_by = models.ForeignKey(
-        "self", null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+        "self",
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="+",
+        db_index=False,  # step_undone_by: only the few undone steps are indexed
     )
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
         ordering = ["run", "seq"]
         constraints = [models.UniqueConstraint(fields=["run", "seq"], name="step_seq_per_run")]
-        indexes = [models.Index(fields=["created_at"], name="step_created")]
+        indexes = [
+            models.Index(fields=["created_at"], name="step_created"),
+            models.Index(
+                fields=["undone_by"], name="step_undone_by", condition=Q(undone_by__isnull=False)
+            ),
+        ]
 
     def __str__(self) -> str:
         return f"{self.run_id}#{self.seq} {self.kind} {self.tool}".strip()
