@@ -1,4 +1,4 @@
-"""A run parked at the approval gate, recorded on one commit and resurrected on another.
+"""A parked run, recorded on one commit and resurrected on another.
 
 ``record`` (dev tooling, on the commit whose step sequence is to be pinned)::
 
@@ -14,12 +14,44 @@ natural key (merchant slug, ticket/order reference, customer and user email),
 so ``load`` can remap them onto a freshly seeded world whose integer ids differ.
 UUIDs (run id = workflow id, approval id) are kept: checkpoint outputs name them.
 
+``record --mid-turn`` stops NW-1 inside ``MID_TURN_STEP`` instead. ``record --customer-wait``
+parks a run in the wait for the customer (``agent.customer.wait``): it opens a new Northwind
+ticket from Omar naming no order (``_customer_ticket``), so the keyless agent asks which order,
+and records once the workflow waits in ``DBOS.recv`` on the ticket's ``customer:<ticket id>``
+topic. That ticket is not seeded, so its customer, the ticket and the customer's own thread
+lines are recorded under ``world`` and inserted first on load. Rows keyed by an integer (the
+ticket, thread lines, the outbound email, the ledger claim, step rows) keep their recorded key
+as ``$pk``; ``load`` gives each a new key and rewrites what named the old one: another recorded
+row (``$recorded``) and the checkpoint outputs listed in ``KEYS_IN_OUTPUTS`` (the park's topic
+and the question's line), which within one database never change.
+
+``tests/fixtures/parked/customer_wait_before_reminder.json`` was recorded that way on commit
+1ef7b1a, the first parent of 8f69526 ("Merge branch 'remind'"), the last commit before the
+reminder changed the wait's step sequence (``Patch.CUSTOMER_REMINDER``). To re-record it (or
+record another case on an old commit), run this file's current version against the old code,
+from a throwaway worktree, and keep only the JSON::
+
+    git worktree add --detach /work/wt-old 1ef7b1a
+    cp tests/support/parked_fixture.py /work/wt-old/tests/support/
+    cd /work/wt-old && PYTHONPATH=$PWD DESKHAND_DATA_DIR=<this checkout>/.deskhand \
+        <this checkout>/.venv/bin/python -m tests.support.parked_fixture record --customer-wait \
+        tests/fixtures/parked/customer_wait_before_reminder.json
+    cp tests/fixtures/parked/customer_wait_before_reminder.json <this checkout>/tests/fixtures/parked/
+    cd - && git worktree remove --force /work/wt-old
+
+``PYTHONPATH`` puts the old checkout before this venv's editable install (``record`` refuses to
+run code from anywhere but its own checkout); ``DESKHAND_DATA_DIR`` shares this checkout's
+embedded Postgres. The fixture's ``commit`` names the code that ran.
+
 ``load`` inserts those rows by column name (columns the current schema added
 get their model default or database default; columns it dropped are ignored),
 moves every recorded timestamp forward by the time since recording (so the
 approval, the run's deadline and DBOS's durable-sleep wake-up are as far away
 as they were when the run parked), and leaves the workflow ``PENDING`` under
 the given executor id, as an old worker that died would have left it.
+
+Over 400 lines on purpose: the writer and the reader of the fixture format live together, and
+the file is copied whole into an old checkout to record there, needing nothing else new.
 """
 
 from __future__ import annotations
