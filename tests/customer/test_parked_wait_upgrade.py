@@ -199,7 +199,7 @@ def test_a_run_parked_before_the_reminder_ends_customer_did_not_reply_when_the_w
 def _fresh_wait(reminders: bool) -> list[str]:
     """A fresh run on a new ticket like the recorded one, parked in the wait: its step names."""
     Merchant.objects.filter(slug="northwind").update(reply_reminder=reminders)
-    ticket: Ticket = parked_fixture._customer_ticket()
+    ticket: Ticket = parked_fixture.customer_wait_ticket()
     run = run_start(ticket=ticket, user=user(parked_fixture.STARTED_BY), channel="cli")
     wait_for_run(str(run.id), lambda r: parked_fixture.is_waiting_for_customer(str(r.pk)))
     return parked_fixture.workflow_step_names(str(run.id))

@@ -15,9 +15,9 @@ so ``load`` can remap them onto a freshly seeded world whose integer ids differ.
 UUIDs (run id = workflow id, approval id) are kept: checkpoint outputs name them.
 
 ``record --mid-turn`` stops NW-1 inside ``MID_TURN_STEP`` instead. ``record --customer-wait``
-parks a run in the wait for the customer (``agent.customer.wait``): it opens a new Northwind
-ticket from Omar naming no order (``_customer_ticket``), so the keyless agent asks which order,
-and records once the workflow waits in ``DBOS.recv`` on the ticket's ``customer:<ticket id>``
+parks a run in the wait for the customer (``agent.customer.wait``): it opens a new
+Northwind ticket from Omar naming no order (``customer_wait_ticket``), so the keyless agent
+asks which order, and records once the workflow waits in ``DBOS.recv`` on the ticket's ``customer:<ticket id>``
 topic. That ticket is not seeded, so its customer, the ticket and the customer's own thread
 lines are recorded under ``world`` and inserted first on load. Rows keyed by an integer (the
 ticket, thread lines, the outbound email, the ledger claim, step rows) keep their recorded key
@@ -353,7 +353,7 @@ CUSTOMER_MESSAGE_ID = "<omar-1@mail.example.com>"
 SUPPORT_ADDRESS = "support@northwind.test"
 
 
-def _customer_ticket() -> Any:
+def customer_wait_ticket() -> Any:
     """The ticket ``record --customer-wait`` parks a run on, as the thread code opens it for a
     first email. Northwind's automatic runs are off while recording: the recorder starts the
     run itself, as for NW-1, so no audit event names a thread line by a key the load changes."""
@@ -380,7 +380,7 @@ def record(out: Path, *, mid_turn: bool = False, customer_wait: bool = False) ->
     """Park a run on this commit's code and write the fixture to ``out``: NW-1 at its refund
     gate, or (``mid_turn``) NW-1 inside ``MID_TURN_STEP`` with the model turn before it
     checkpointed, or (``customer_wait``) a new ticket's run in the wait for the customer's
-    answer to the question it asked (``_customer_ticket``; its ticket rows go under ``world``)."""
+    answer to the question it asked (``customer_wait_ticket``; its ticket rows go under ``world``)."""
     import os
 
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "deskhand.settings")
@@ -417,7 +417,7 @@ def record(out: Path, *, mid_turn: bool = False, customer_wait: bool = False) ->
 
         call_command("seed", "--reset", verbosity=0)
         empty_dbos_schema()
-        ticket = _customer_ticket() if customer_wait else Ticket.objects.get(reference=TICKET)
+        ticket = customer_wait_ticket() if customer_wait else Ticket.objects.get(reference=TICKET)
         reached, release = threading.Event(), threading.Event()
 
         def hold() -> None:
