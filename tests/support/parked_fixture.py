@@ -248,12 +248,12 @@ def _portable(cur: Any, model: Any, row: dict[str, Any], recorded_tables: set[st
 def _world_tables(ticket_id: int) -> list[tuple[Any, str, list[Any]]]:
     """(model, key column, keys) for the rows of a ticket the seed does not make, parents first:
     its customer, the ticket, and its thread's lines no run wrote (the customer's own)."""
-    from deskhand.desk.models import Ticket, TicketMessage
+    from deskhand.desk.models import Customer, Ticket, TicketMessage
 
     ticket = Ticket.objects.get(pk=ticket_id)
     own_lines = TicketMessage.objects.filter(ticket_id=ticket_id, run__isnull=True)
     return [
-        (ticket.customer._meta.model, "id", [ticket.customer_id]),
+        (Customer, "id", [ticket.customer_id]),
         (Ticket, "id", [ticket_id]),
         (TicketMessage, "id", list(own_lines.order_by("pk").values_list("pk", flat=True))),
     ]
