@@ -14,7 +14,7 @@ from __future__ import annotations
 import logging
 
 from agent.customer.route import wake_key
-from agent.customer.wait import now, reminder_due
+from agent.customer.wait import now, reminder_due, reminder_sent
 from agent.models import Run, RunStatus
 from deskhand.dbos import client as dbos_client
 from deskhand.desk.models import MessageDirection, MessageKind, TicketMessage
@@ -59,9 +59,9 @@ def customer_waits_sweep(limit: int = 500) -> int:
             run.merchant.reply_reminder
             and run.waiting_until is not None
             and clock >= reminder_due(run.waiting_until, run.merchant.reply_window_seconds)
-            and "reminder sent" not in run.wait_reason
+            and not reminder_sent(str(run.pk))
         ):
-            # The reminder is due (a run that sent it re-parks saying so): keyed, it wakes once.
+            # The reminder is due and its steps are not in the step log: keyed, it wakes once.
             key = f"customer-reminder:{run.pk}:{run.waiting_until.isoformat()}"
         else:
             continue

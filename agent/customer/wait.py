@@ -112,8 +112,30 @@ def reminder_call(call: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def reminder_sent(run_id: str) -> bool:
+    """Whether the run's current wait already made its one reminder (sent it, or had it refused
+    or declined): the step log holds a row of the reminder's call (``reminder_call``: the wait's
+    ask's call id plus ``REMINDER_CALL_SUFFIX``), written in the reminder's own gated steps.
+
+    Read from that durable row, not from ``Run.wait_reason``, whose words are for people and may
+    change. A run parked before reminders (``Patch.CUSTOMER_REMINDER``) has no such row: as
+    before, it reads as not reminded. Each ask has its own call id, so a second question in the
+    same run gets its own reminder.
+    """
+    ask = (
+        Step.objects.filter(run_id=run_id, tool=ASK_TOOL)
+        .order_by("-seq")
+        .values_list("tool_call_id", flat=True)
+        .first()
+    )
+    if not ask:
+        return False
+    return Step.objects.filter(run_id=run_id, tool_call_id=f"{ask}{REMINDER_CALL_SUFFIX}").exists()
+
+
 def customer_repark(run_id: str, until: str) -> dict[str, Any]:
-    """After the reminder: the run waits for the customer again, on the same window."""
+    """After the reminder: the run waits for the customer again, on the same window. (The
+    wait reason says the reminder went, for people; code asks ``reminder_sent``.)"""
     with transaction.atomic():
         run = Run.objects.select_for_update().select_related("ticket").get(pk=run_id)
         if not run.is_active:

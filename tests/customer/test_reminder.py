@@ -13,7 +13,7 @@ import time
 import pytest
 
 from agent.customer.sweep import customer_waits_sweep
-from agent.customer.wait import REMINDER_OPENING
+from agent.customer.wait import REMINDER_OPENING, reminder_sent
 from agent.ledger.models import LedgerEntry
 from agent.models import Run
 from deskhand.desk.models import Merchant, MessageDirection, TicketMessage
@@ -36,6 +36,11 @@ def outbound(ticket) -> list[TicketMessage]:
     )
 
 
+def reparked(run: Run) -> bool:
+    """The run made its reminder and waits for the customer again (its ``customer.repark``)."""
+    return run.status == "awaiting_customer" and "customer.repark" in _checkpoint_names(str(run.pk))
+
+
 def reminded(ticket, run: Run, monkeypatch) -> TicketMessage:
     """Half the window passes: the sweep wakes the run, which reminds and waits again."""
     monkeypatch.setenv("DESKHAND_CLOCK_OFFSET_SECONDS", str(THREE_DAYS // 2 - 600))
@@ -46,9 +51,7 @@ def reminded(ticket, run: Run, monkeypatch) -> TicketMessage:
     end = time.monotonic() + 30
     while time.monotonic() < end and len(outbound(ticket)) < 2:
         time.sleep(0.05)
-    run = wait_for_run(
-        str(run.id), lambda r: r.status == "awaiting_customer" and "reminder" in r.wait_reason
-    )
+    run = wait_for_run(str(run.id), reparked)
     assert run.waiting_until == until  # the same window: a reminder never extends it
     _question, reminder = outbound(ticket)
     assert reminder.run_id == run.pk
@@ -84,6 +87,28 @@ def test_the_reminder_goes_once_and_the_answer_wakes_the_run(dbos_executor, rece
 
 
 @pytest.mark.usefixtures("reminding")
+def test_the_sweep_knows_the_reminder_went_from_its_steps_not_the_wait_reasons_words(
+    dbos_executor, receiver, monkeypatch
+):
+    ticket = new_ticket(receiver)
+    run = asked(ticket)
+    reminded(ticket, run, monkeypatch)
+    assert reminder_sent(str(run.pk))
+
+    # The words shown to people change (here: back to a plain park's); the sweep still knows
+    # the reminder went, and wakes the run for nothing but the window's end.
+    Run.objects.filter(pk=run.pk).update(wait_reason="waiting for the customer")
+    assert customer_waits_sweep() == 0
+    time.sleep(0.5)
+    assert len(outbound(ticket)) == 2  # the question and the one reminder
+    monkeypatch.setenv("DESKHAND_CLOCK_OFFSET_SECONDS", str(THREE_DAYS + 60))
+    assert customer_waits_sweep() == 1
+    run = wait_terminal(str(run.id))
+    assert (run.status, run.stop_reason) == ("exhausted", "customer_no_reply"), run.summary
+    assert len(outbound(ticket)) == 2
+
+
+@pytest.mark.usefixtures("reminding")
 def test_no_answer_after_the_reminder_ends_the_run_customer_did_not_reply(
     dbos_executor, receiver, monkeypatch
 ):
@@ -116,9 +141,7 @@ def test_the_daily_limit_counts_the_reminder(dbos_executor, receiver, monkeypatc
     run = asked(ticket)  # the question used the day's one message
     monkeypatch.setenv("DESKHAND_CLOCK_OFFSET_SECONDS", str(THREE_DAYS // 2 + 60))
     assert customer_waits_sweep() == 1
-    run = wait_for_run(
-        str(run.id), lambda r: r.status == "awaiting_customer" and "reminder" in r.wait_reason
-    )
+    run = wait_for_run(str(run.id), reparked)
     [entry] = LedgerEntry.objects.filter(run=run, tool="reply_to_customer")
     assert not entry.ok and "daily limit" in str(entry.result)  # refused, recorded, not sent
     assert len(outbound(ticket)) == 1
@@ -139,6 +162,7 @@ def test_a_run_parked_without_a_reminder_keeps_waiting_as_it_did(
     run = asked(ticket)
     Merchant.objects.filter(slug="northwind").update(reply_reminder=True)
     monkeypatch.setenv("DESKHAND_CLOCK_OFFSET_SECONDS", str(THREE_DAYS // 2 + 60))
+    assert not reminder_sent(str(run.pk))  # no reminder's steps in its log
     assert customer_waits_sweep() == 1  # the sweep cannot tell; the run reads and waits on
     time.sleep(1)
     assert Run.objects.get(pk=run.pk).status == "awaiting_customer"

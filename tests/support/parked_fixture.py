@@ -1,4 +1,4 @@
-"""A run parked at the approval gate, recorded on one commit and resurrected on another.
+"""A parked run, recorded on one commit and resurrected on another.
 
 ``record`` (dev tooling, on the commit whose step sequence is to be pinned)::
 
@@ -14,12 +14,44 @@ natural key (merchant slug, ticket/order reference, customer and user email),
 so ``load`` can remap them onto a freshly seeded world whose integer ids differ.
 UUIDs (run id = workflow id, approval id) are kept: checkpoint outputs name them.
 
+``record --mid-turn`` stops NW-1 inside ``MID_TURN_STEP`` instead. ``record --customer-wait``
+parks a run in the wait for the customer (``agent.customer.wait``): it opens a new
+Northwind ticket from Omar naming no order (``customer_wait_ticket``), so the keyless agent
+asks which order, and records once the workflow waits in ``DBOS.recv`` on the ticket's ``customer:<ticket id>``
+topic. That ticket is not seeded, so its customer, the ticket and the customer's own thread
+lines are recorded under ``world`` and inserted first on load. Rows keyed by an integer (the
+ticket, thread lines, the outbound email, the ledger claim, step rows) keep their recorded key
+as ``$pk``; ``load`` gives each a new key and rewrites what named the old one: another recorded
+row (``$recorded``) and the checkpoint outputs listed in ``KEYS_IN_OUTPUTS`` (the park's topic
+and the question's line), which within one database never change.
+
+``tests/fixtures/parked/customer_wait_before_reminder.json`` was recorded that way on commit
+1ef7b1a, the first parent of 8f69526 ("Merge branch 'remind'"), the last commit before the
+reminder changed the wait's step sequence (``Patch.CUSTOMER_REMINDER``). To re-record it (or
+record another case on an old commit), run this file's current version against the old code,
+from a throwaway worktree, and keep only the JSON::
+
+    git worktree add --detach /work/wt-old 1ef7b1a
+    cp tests/support/parked_fixture.py /work/wt-old/tests/support/
+    cd /work/wt-old && PYTHONPATH=$PWD DESKHAND_DATA_DIR=<this checkout>/.deskhand \
+        <this checkout>/.venv/bin/python -m tests.support.parked_fixture record --customer-wait \
+        tests/fixtures/parked/customer_wait_before_reminder.json
+    cp tests/fixtures/parked/customer_wait_before_reminder.json <this checkout>/tests/fixtures/parked/
+    cd - && git worktree remove --force /work/wt-old
+
+``PYTHONPATH`` puts the old checkout before this venv's editable install (``record`` refuses to
+run code from anywhere but its own checkout); ``DESKHAND_DATA_DIR`` shares this checkout's
+embedded Postgres. The fixture's ``commit`` names the code that ran.
+
 ``load`` inserts those rows by column name (columns the current schema added
 get their model default or database default; columns it dropped are ignored),
 moves every recorded timestamp forward by the time since recording (so the
 approval, the run's deadline and DBOS's durable-sleep wake-up are as far away
 as they were when the run parked), and leaves the workflow ``PENDING`` under
 the given executor id, as an old worker that died would have left it.
+
+Over 400 lines on purpose: the writer and the reader of the fixture format live together, and
+the file is copied whole into an old checkout to record there, needing nothing else new.
 """
 
 from __future__ import annotations
@@ -48,11 +80,18 @@ NATURAL_KEYS: dict[str, tuple[str, ...]] = {
     "desk_customer": ("merchant_id", "email"),
     "desk_kbarticle": ("merchant_id", "slug"),
     "auth_user": ("email",),
+    # The seeded policy whose rule decided an approval (the ask and the replies Northwind's
+    # owner lets through): one version per merchant.
+    "approvals_approvalpolicy": ("merchant_id", "version"),
 }
 # Rows a run refers to that a fresh world does not hold and nothing can rename (a prompt
 # version's key is its own content hash): recorded whole beside the reference, inserted on load
 # unless the world already has them.
 INLINE_TABLES = ("agent_promptversion",)
+# A recorded ``world`` row the new world already holds (by natural key) is used, not inserted:
+# the seeded customer who opened the recorded ticket. A ticket is never reused (its reference is
+# unique per merchant: loading onto a world that has it fails on that constraint).
+REUSED_FROM_THE_WORLD = ("desk_customer",)
 # DBOS keeps times as epoch milliseconds in integer columns with these names.
 _DBOS_TIME_COLUMN = re.compile(r"(_at|_epoch_ms|^retention_timestamp)$")
 _ISO = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?(\+00:00|Z)$")
@@ -173,8 +212,60 @@ def _django_tables(run_id: str) -> list[tuple[Any, str]]:
     return ordered
 
 
-def dump(run_id: str) -> dict[str, Any]:
-    """Every row that makes up the parked run, with seeded foreign keys by natural key."""
+def _auto_pk(model: Any) -> bool:
+    return model._meta.pk.get_internal_type() in ("AutoField", "BigAutoField")
+
+
+def _portable(cur: Any, model: Any, row: dict[str, Any], recorded_tables: set[str]) -> None:
+    """Make one recorded row loadable into another world, in place.
+
+    Its own integer key is kept aside as ``$pk`` (the load re-assigns it and remaps what
+    names it); seeded foreign keys become natural keys, prompt versions are inlined, and a
+    reference to another recorded row's integer key becomes ``$recorded`` (an outbound
+    email's ledger claim, a thread line's email), resolved on load to that row's new key.
+    """
+    table = model._meta.db_table
+    if _auto_pk(model):
+        row["$pk"] = row.pop(model._meta.pk.column)
+    for f in model._meta.concrete_fields:
+        if not f.is_relation or row.get(f.column) is None:
+            continue
+        target = f.related_model._meta.db_table
+        if target in NATURAL_KEYS:
+            row[f.column] = _natural(cur, target, row[f.column])
+        elif target in INLINE_TABLES:
+            pk = f.target_field.column
+            (whole,) = _rows(cur, f'SELECT * FROM "{target}" WHERE "{pk}" = %s', [row[f.column]])
+            row[f.column] = {"$inline": target, "pk": pk, "row": whole}
+        elif target not in recorded_tables or (
+            target == table and _auto_pk(model)
+        ):  # pragma: no cover - would need remapping the loader does not do
+            raise RuntimeError(f"{table}.{f.column} refers to {target}: not remappable")
+        elif _auto_pk(f.related_model):
+            row[f.column] = {"$recorded": target, "pk": row[f.column]}
+
+
+def _world_tables(ticket_id: int) -> list[tuple[Any, str, list[Any]]]:
+    """(model, key column, keys) for the rows of a ticket the seed does not make, parents first:
+    its customer, the ticket, and its thread's lines no run wrote (the customer's own)."""
+    from deskhand.desk.models import Customer, Ticket, TicketMessage
+
+    ticket = Ticket.objects.get(pk=ticket_id)
+    own_lines = TicketMessage.objects.filter(ticket_id=ticket_id, run__isnull=True)
+    return [
+        (Customer, "id", [ticket.customer_id]),
+        (Ticket, "id", [ticket_id]),
+        (TicketMessage, "id", list(own_lines.order_by("pk").values_list("pk", flat=True))),
+    ]
+
+
+def dump(run_id: str, *, world_ticket_id: int | None = None) -> dict[str, Any]:
+    """Every row that makes up the parked run, with seeded foreign keys by natural key.
+
+    Given ``world_ticket_id`` (a ticket the seed does not make), the rows the run stands on
+    go under ``world``: its customer, the ticket and the customer's lines on its thread,
+    inserted on load before the run's own rows (a customer the new world has is reused).
+    """
     from django.db import connection
 
     with connection.cursor() as cur:
@@ -189,33 +280,24 @@ def dump(run_id: str) -> dict[str, Any]:
             rows = _rows(cur, f'SELECT * FROM dbos."{table}" WHERE "{col}" = %s', [run_id])
             if rows:
                 dbos[table] = rows
-        django: list[dict[str, Any]] = []
+        world_tables = _world_tables(world_ticket_id) if world_ticket_id is not None else []
         recorded_tables = {m._meta.db_table for m, _ in _django_tables(run_id)}
+        recorded_tables |= {m._meta.db_table for m, _, _ in world_tables}
+        world: list[dict[str, Any]] = []
+        for model, col, keys in world_tables:
+            table = model._meta.db_table
+            rows = _rows(cur, f'SELECT * FROM "{table}" WHERE "{col}" = ANY(%s) ORDER BY 1', [keys])
+            for row in rows:
+                _portable(cur, model, row, recorded_tables)
+            world.append({"table": table, "rows": rows})
+        django: list[dict[str, Any]] = []
         for model, col in _django_tables(run_id):
             table = model._meta.db_table
             rows = _rows(cur, f'SELECT * FROM "{table}" WHERE "{col}" = %s ORDER BY 1', [run_id])
-            auto_pk = model._meta.pk.get_internal_type() in ("AutoField", "BigAutoField")
             for row in rows:
-                if auto_pk:
-                    del row[model._meta.pk.column]  # re-assigned on load; nothing refers to it
-                for f in model._meta.concrete_fields:
-                    if not f.is_relation or row.get(f.column) is None:
-                        continue
-                    target = f.related_model._meta.db_table
-                    if target in NATURAL_KEYS:
-                        row[f.column] = _natural(cur, target, row[f.column])
-                    elif target in INLINE_TABLES:
-                        pk = f.target_field.column
-                        (whole,) = _rows(
-                            cur, f'SELECT * FROM "{target}" WHERE "{pk}" = %s', [row[f.column]]
-                        )
-                        row[f.column] = {"$inline": target, "pk": pk, "row": whole}
-                    elif target not in recorded_tables or (
-                        target == table and auto_pk
-                    ):  # pragma: no cover - would need remapping the loader does not do
-                        raise RuntimeError(f"{table}.{f.column} refers to {target}: not remappable")
+                _portable(cur, model, row, recorded_tables)
             django.append({"table": table, "rows": rows})
-    return {"dbos": dbos, "django": django}
+    return {"dbos": dbos, **({"world": world} if world else {}), "django": django}
 
 
 def _git(*args: str) -> str:
@@ -224,14 +306,9 @@ def _git(*args: str) -> str:
     ).stdout.strip()
 
 
-def is_parked(run_id: str) -> bool:
+def _in_recv(run_id: str) -> bool:
     from django.db import connection
 
-    from agent.models import Run
-
-    run = Run.objects.get(pk=run_id)
-    if run.status != "awaiting_approval" or not run.approvals.filter(status="pending").exists():
-        return False
     with connection.cursor() as cur:
         cur.execute("SELECT status FROM dbos.workflow_status WHERE workflow_uuid = %s", [run_id])
         status = cur.fetchone()
@@ -240,15 +317,70 @@ def is_parked(run_id: str) -> bool:
     return bool(status and status[0] == "PENDING" and names and names[-1] == "DBOS.sleep")
 
 
+def is_parked(run_id: str) -> bool:
+    """The run waits in ``DBOS.recv`` on its pending approval."""
+    from agent.models import Run
+
+    run = Run.objects.get(pk=run_id)
+    if run.status != "awaiting_approval" or not run.approvals.filter(status="pending").exists():
+        return False
+    return _in_recv(run_id)
+
+
+def is_waiting_for_customer(run_id: str) -> bool:
+    """The run waits in ``DBOS.recv`` on its ticket's customer topic, its park checkpointed."""
+    from agent.models import Run
+
+    if Run.objects.get(pk=run_id).status != "awaiting_customer":
+        return False
+    return "customer.park" in workflow_step_names(run_id) and _in_recv(run_id)
+
+
 #: Where ``record --mid-turn`` stops the run: inside this tool's step, after the model turn that
 #: asked for it was checkpointed and before the tool's own checkpoint, as a worker killed
 #: mid-turn leaves it.
 MID_TURN_STEP = "tool.get_order"
 
 
-def record(out: Path, *, mid_turn: bool = False) -> dict[str, Any]:
-    """Park NW-1 on this commit's code and write the fixture to ``out``: at its refund gate, or
-    (``mid_turn``) inside ``MID_TURN_STEP`` with the model turn before it checkpointed."""
+#: ``record --customer-wait``: a new Northwind ticket from a customer who names no order (the
+#: keyless agent asks which order it is about before anything else) — Omar, whose NW-1077 has
+#: shipped, so the answer naming it lets the run finish with a reply, as in
+#: tests/customer/test_waiting.py.
+CUSTOMER = "omar.reyes@example.com"
+CUSTOMER_SUBJECT = "Where is my order?"
+CUSTOMER_BODY = "Hello, my order still has not arrived and no tracking email came. Where is it?"
+CUSTOMER_MESSAGE_ID = "<omar-1@mail.example.com>"
+SUPPORT_ADDRESS = "support@northwind.test"
+
+
+def customer_wait_ticket() -> Any:
+    """The ticket ``record --customer-wait`` parks a run on, as the thread code opens it for a
+    first email. Northwind's automatic runs are off while recording: the recorder starts the
+    run itself, as for NW-1, so no audit event names a thread line by a key the load changes."""
+    from deskhand.desk.models import Merchant
+    from deskhand.desk.thread import customer_for_address, thread_customer_message_add, ticket_open
+
+    Merchant.objects.filter(slug="northwind").update(auto_runs="off")
+    merchant = Merchant.objects.get(slug="northwind")
+    customer = customer_for_address(merchant=merchant, address=CUSTOMER)
+    ticket = ticket_open(merchant=merchant, customer=customer, subject=CUSTOMER_SUBJECT)
+    thread_customer_message_add(
+        ticket=ticket,
+        channel="email",
+        body=CUSTOMER_BODY,
+        subject=CUSTOMER_SUBJECT,
+        from_address=CUSTOMER,
+        to_address=SUPPORT_ADDRESS,
+        message_id=CUSTOMER_MESSAGE_ID,
+    )
+    return ticket
+
+
+def record(out: Path, *, mid_turn: bool = False, customer_wait: bool = False) -> dict[str, Any]:
+    """Park a run on this commit's code and write the fixture to ``out``: NW-1 at its refund
+    gate, or (``mid_turn``) NW-1 inside ``MID_TURN_STEP`` with the model turn before it
+    checkpointed, or (``customer_wait``) a new ticket's run in the wait for the customer's
+    answer to the question it asked (``customer_wait_ticket``; its ticket rows go under ``world``)."""
     import os
 
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "deskhand.settings")
@@ -256,6 +388,13 @@ def record(out: Path, *, mid_turn: bool = False) -> dict[str, Any]:
     import django
 
     django.setup()
+    import agent
+
+    # The code that records must be this file's checkout (a second worktree at an old commit
+    # sharing a venv whose editable install points elsewhere records that other code).
+    code = Path(agent.__file__).resolve().parents[1]
+    if code != ROOT:
+        raise RuntimeError(f"recording with the code in {code}, not {ROOT}: set PYTHONPATH={ROOT}")
     from django.conf import settings
     from django.core.management import call_command
     from django.db import connections
@@ -268,7 +407,6 @@ def record(out: Path, *, mid_turn: bool = False) -> dict[str, Any]:
 
         from agent.run import faults
         from agent.run.services import run_start
-        from deskhand.dbos.client import close_clients
         from deskhand.desk.models import Ticket
         from tests.durability.helpers import user
         from tests.fixtures.dbos import (
@@ -279,6 +417,7 @@ def record(out: Path, *, mid_turn: bool = False) -> dict[str, Any]:
 
         call_command("seed", "--reset", verbosity=0)
         empty_dbos_schema()
+        ticket = customer_wait_ticket() if customer_wait else Ticket.objects.get(reference=TICKET)
         reached, release = threading.Event(), threading.Event()
 
         def hold() -> None:
@@ -287,17 +426,20 @@ def record(out: Path, *, mid_turn: bool = False) -> dict[str, Any]:
             release.wait(120)
             raise faults.InjectedCrash("recording stopped here")
 
+        def there(run_id: str) -> bool:
+            if mid_turn:
+                return reached.is_set()
+            return is_waiting_for_customer(run_id) if customer_wait else is_parked(run_id)
+
         if mid_turn:
             faults.install("before_step", MID_TURN_STEP, hold)
         ensure_in_process_executor()
         try:
-            run = run_start(
-                ticket=Ticket.objects.get(reference=TICKET), user=user(STARTED_BY), channel="cli"
-            )
+            run = run_start(ticket=ticket, user=user(STARTED_BY), channel="cli")
             assert run.provider == "scripted", run.provider
             run_id = str(run.id)
             end = time.monotonic() + 60
-            while not (reached.is_set() if mid_turn else is_parked(run_id)):
+            while not there(run_id):
                 if time.monotonic() > end:
                     raise RuntimeError(f"run {run_id} did not park: {workflow_step_names(run_id)}")
                 time.sleep(0.1)
@@ -310,22 +452,27 @@ def record(out: Path, *, mid_turn: bool = False) -> dict[str, Any]:
         if mid_turn:
             time.sleep(1)  # the held step's thread ends (it raises) before the database goes
         else:
-            rows = dump(run_id)
+            rows = dump(run_id, world_ticket_id=ticket.pk if customer_wait else None)
         from importlib.metadata import version
 
         dirty = _git("status", "--porcelain", "--", "agent", "approvals", "deskhand")
-        where = (
-            f"stopped mid-turn inside {MID_TURN_STEP}"
-            if mid_turn
-            else "parked at its refund approval"
-        )
+        if mid_turn:
+            where, flag = f"NW-1 stopped mid-turn inside {MID_TURN_STEP}", " --mid-turn"
+        elif customer_wait:
+            where = (
+                f"{ticket.reference} (a new ticket from {CUSTOMER} naming no order) parked in "
+                "the wait for the customer's answer to the question its run asked"
+            )
+            flag = " --customer-wait"
+        else:
+            where, flag = "NW-1 parked at its refund approval", ""
         fixture = {
             "about": (
-                f"NW-1 {where}, recorded by tests/support/parked_fixture.py "
+                f"{where}, recorded by tests/support/parked_fixture.py "
                 f"on commit {_git('rev-parse', '--short', 'HEAD')}"
                 f"{' (with uncommitted product changes)' if dirty else ''}, application version "
                 f"{settings.DESKHAND_APP_VERSION}. Re-record: .venv/bin/python -m "
-                f"tests.support.parked_fixture record{' --mid-turn' if mid_turn else ''} {out} "
+                f"tests.support.parked_fixture record{flag} {out} "
                 f"(see docs/deploys.md before you do)."
             ),
             "format": FORMAT,
@@ -335,16 +482,18 @@ def record(out: Path, *, mid_turn: bool = False) -> dict[str, Any]:
             "recorded_at": dt.datetime.fromtimestamp(recorded_at, dt.UTC).isoformat(),
             "recorded_at_epoch_ms": int(recorded_at * 1000),
             "workflow_id": run_id,
-            "ticket": TICKET,
+            "ticket": ticket.reference,
             "step_names": [],
             **rows,
         }
         fixture["step_names"] = step_names(fixture)
         out.parent.mkdir(parents=True, exist_ok=True)
         out.write_text(json.dumps(fixture, indent=1, sort_keys=False) + "\n")
-        close_clients()
         return fixture
     finally:
+        from deskhand.dbos.client import close_clients
+
+        close_clients()  # its session would keep the throwaway database from being dropped
         connections.close_all()
         teardown_databases(old, verbosity=0)
 
@@ -386,28 +535,37 @@ def _resolve(cur: Any, ref: dict[str, Any]) -> Any:
         if cur.fetchone() is None:
             _insert(cur, "public", table, whole)
         return whole[pk]
-    table, key = ref["$natural"], ref["key"]
+    found = _natural_ids(cur, ref["$natural"], ref["key"])
+    if len(found) != 1:
+        raise LookupError(
+            f"{ref['$natural']} {ref['key']}: {len(found)} rows in the seeded world, expected 1"
+        )
+    return found[0]
+
+
+def _natural_ids(cur: Any, table: str, key: dict[str, Any]) -> list[Any]:
     where, params = [], []
     for col, value in key.items():
         where.append(f'"{col}" = %s')
         params.append(_resolve(cur, value) if isinstance(value, dict) else value)
     cur.execute(f'SELECT id FROM "{table}" WHERE {" AND ".join(where)}', params)
-    found = cur.fetchall()
-    if len(found) != 1:
-        raise LookupError(f"{table} {key}: {len(found)} rows in the seeded world, expected 1")
-    return found[0][0]
+    return [r[0] for r in cur.fetchall()]
 
 
-def _insert(cur: Any, schema: str, table: str, row: dict[str, Any]) -> None:
+def _insert(
+    cur: Any, schema: str, table: str, row: dict[str, Any], *, returning: str | None = None
+) -> Any:
     """Insert by column name: Postgres casts each JSON value to the column's current type."""
     cols = [c for c in row if c in _table_columns(cur, schema, table)]
     qualified = f'"{schema}"."{table}"'
     names = ", ".join(f'"{c}"' for c in cols)
     cur.execute(
         f"INSERT INTO {qualified} ({names}) SELECT {names}"
-        f" FROM json_populate_record(NULL::{qualified}, %s::json)",
+        f" FROM json_populate_record(NULL::{qualified}, %s::json)"
+        + (f' RETURNING "{returning}"' if returning else ""),
         [json.dumps({c: row[c] for c in cols})],
     )
+    return cur.fetchone()[0] if returning else None
 
 
 def _model_defaults(table: str, row: dict[str, Any], columns: dict[str, dict[str, Any]]) -> None:
@@ -466,28 +624,82 @@ def aged(fixture: dict[str, Any], days: float) -> dict[str, Any]:
     return shifted(fixture, -int(days * 86_400_000))
 
 
+#: Checkpoint outputs that name a recorded row by its integer key: the load rewrites them to the
+#: row's key in the new world. A string names it after its last colon (a topic:
+#: ``deskhand.dbos.names.customer_topic``). Within one database these keys never change; only
+#: moving a run into another world (this loader) needs it.
+KEYS_IN_OUTPUTS: dict[str, dict[str, str]] = {
+    "customer.park": {"topic": "desk_ticket", "after": "desk_ticketmessage"},
+}
+
+
+def _rekeyed(value: Any, table: str, keys: dict[tuple[str, Any], Any]) -> Any:
+    if isinstance(value, int) and (table, value) in keys:
+        return keys[(table, value)]
+    if isinstance(value, str) and ":" in value:
+        head, _, tail = value.rpartition(":")
+        if tail.isdigit() and (table, int(tail)) in keys:
+            return f"{head}:{keys[(table, int(tail))]}"
+    return value
+
+
+def _rekey_outputs(rows: list[dict[str, Any]], keys: dict[tuple[str, Any], Any]) -> None:
+    for row in rows:
+        named = KEYS_IN_OUTPUTS.get(row.get("function_name", ""))
+        if not named or not row.get("output") or row.get("serialization") != "portable_json":
+            continue
+        value = json.loads(row["output"])
+        if isinstance(value, dict):
+            for field, table in named.items():
+                if field in value:
+                    value[field] = _rekeyed(value[field], table, keys)
+            row["output"] = json.dumps(value, separators=(",", ":"))
+
+
 def load(fixture: dict[str, Any], *, executor_id: str) -> str:
     """Resurrect the parked run in this (freshly seeded) database; returns the workflow id.
 
-    The workflow is left ``PENDING`` under ``executor_id`` and the recorded application
-    version: launching an executor with that id and version recovers it.
+    The ``world`` rows (a ticket the seed does not make) go in first, a customer the world
+    already has reused; then the run's rows. Each recorded row's integer key (``$pk``) gets a
+    new one, and what named the old key — another recorded row (``$recorded``), a checkpoint
+    output (``KEYS_IN_OUTPUTS``) — names the new. The workflow is left ``PENDING`` under
+    ``executor_id`` and the recorded application version: launching an executor with that id
+    and version recovers it.
     """
     from django.db import connection, transaction
 
     data = shifted(fixture, int(time.time() * 1000) - fixture["recorded_at_epoch_ms"])
+    keys: dict[tuple[str, Any], Any] = {}  # (table, recorded key) -> key in this world
+    world = {id(block) for block in data.get("world", [])}
     with transaction.atomic(), connection.cursor() as cur:
-        for block in data["django"]:
+        for block in [*data.get("world", []), *data["django"]]:
             table = block["table"]
             columns = _table_columns(cur, "public", table)
             for recorded in block["rows"]:
-                row = {
-                    col: _resolve(cur, value)
-                    if isinstance(value, dict) and ("$natural" in value or "$inline" in value)
-                    else value
-                    for col, value in recorded.items()
-                }
-                _model_defaults(table, row, columns)
-                _insert(cur, "public", table, row)
+                row = {}
+                for col, value in recorded.items():
+                    if col == "$pk":
+                        continue
+                    if isinstance(value, dict) and ("$natural" in value or "$inline" in value):
+                        value = _resolve(cur, value)
+                    elif isinstance(value, dict) and "$recorded" in value:
+                        value = keys[(value["$recorded"], value["pk"])]
+                    row[col] = value
+                found = (
+                    _natural_ids(cur, table, {c: row[c] for c in NATURAL_KEYS[table]})
+                    if id(block) in world and table in REUSED_FROM_THE_WORLD
+                    else []
+                )
+                if found:
+                    new = found[0]  # the new world has it already (a seeded customer)
+                else:
+                    _model_defaults(table, row, columns)
+                    new = _insert(
+                        cur, "public", table, row, returning="id" if "$pk" in recorded else None
+                    )
+                if "$pk" in recorded:
+                    keys[(table, recorded["$pk"])] = new
+        _rekey_outputs(data["dbos"].get("operation_outputs", []), keys)
         # The status row first: the others refer to it.
         for table in sorted(data["dbos"], key=lambda t: t != "workflow_status"):
             for row in data["dbos"][table]:
@@ -500,16 +712,22 @@ def load(fixture: dict[str, Any], *, executor_id: str) -> str:
 
 
 def main(argv: list[str]) -> int:
-    mid_turn = "--mid-turn" in argv
-    argv = [a for a in argv if a != "--mid-turn"]
-    if len(argv) != 2 or argv[0] != "record":
+    flags = {a for a in argv if a.startswith("--")}
+    argv = [a for a in argv if not a.startswith("--")]
+    if len(argv) != 2 or argv[0] != "record" or not flags <= {"--mid-turn", "--customer-wait"}:
         print(
-            "usage: python -m tests.support.parked_fixture record [--mid-turn] OUT.json",
+            "usage: python -m tests.support.parked_fixture record"
+            " [--mid-turn | --customer-wait] OUT.json",
             file=sys.stderr,
         )
         return 2
+    if len(flags) > 1:
+        print("--mid-turn and --customer-wait park different runs: give one", file=sys.stderr)
+        return 2
     sys.path.insert(0, str(ROOT))
-    fixture = record(Path(argv[1]), mid_turn=mid_turn)
+    fixture = record(
+        Path(argv[1]), mid_turn="--mid-turn" in flags, customer_wait="--customer-wait" in flags
+    )
     print(f"recorded run {fixture['workflow_id']}: {len(fixture['step_names'])} DBOS steps")
     print(" ".join(fixture["step_names"]))
     return 0
