@@ -112,6 +112,11 @@ class Command(DeskhandCommand):
             help="only the rate-limit overhead: a plain model step vs a child on a limited queue",
         )
         parser.add_argument(
+            "--inbound",
+            action="store_true",
+            help="only what one inbound message costs: parsing it, storing and threading it",
+        )
+        parser.add_argument(
             "--peers",
             action="store_true",
             help="only the NW-1 shaped workload on Deskhand, bare DBOS and LangGraph, interleaved",
@@ -303,6 +308,11 @@ class Command(DeskhandCommand):
         if self.opts["model_calls"]:
             out["model_calls"] = measure_model_calls(plan["samples"])
             return out
+        if self.opts["inbound"]:
+            from tests.devtools.bench.inbound import measure as measure_inbound
+
+            out["inbound"] = measure_inbound(plan["samples"])
+            return out
         inproc = InProcess(conninfo, progress, out)
         if self.opts["peers"]:
             try:
@@ -451,6 +461,19 @@ class Command(DeskhandCommand):
                     f"   run checkpoints/call {f['run_checkpoints_per_call']}"
                     f"   child checkpoints/call {f['child_checkpoints_per_call']}"
                     f"   child workflows/call {f['child_workflows_per_call']}"
+                )
+            return
+        if "inbound" in r:
+            w(
+                f"one inbound message ({r['inbound']['samples']} samples a shape; no automatic runs):"
+            )
+            for shape, f in r["inbound"].items():
+                if shape == "samples":
+                    continue
+                w(
+                    f"  {shape:<11} {f['bytes']:>7} bytes   parse {f['parse_cpu_ms']:>6.2f} ms CPU"
+                    f"   stored and threaded {f['intake_ms']:>6.1f} ms median"
+                    f" {f['intake_p95_ms']:>6.1f} ms p95, {f['intake_cpu_ms']:>5.1f} ms CPU"
                 )
             return
         floor = r["floor_insert_commit_ms"]
