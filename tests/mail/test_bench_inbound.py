@@ -4,19 +4,17 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 
 from tests.fixtures.dbos import ROOT, test_database_url
+from tests.support.processes import run_all_or_kill
 
 
 def test_bench_inbound_measures_parsing_and_intake_for_each_shape_of_mail(transactional_db):
-    proc = subprocess.run(
+    proc = run_all_or_kill(
         [sys.executable, "manage.py", "bench", "--inbound", "--samples", "5", "--json"],
         cwd=ROOT,
         env={**os.environ, "DATABASE_URL": test_database_url(), "PYTHONUNBUFFERED": "1"},
-        capture_output=True,
-        text=True,
         timeout=300,
     )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
