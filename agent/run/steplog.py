@@ -105,7 +105,9 @@ def log_step(
     arguments = storable(arguments or {})
     payload = payloads.of_kind(kind, result)
     digest = call_hash(kind, tool, arguments)
-    with transaction.atomic():
+    # No savepoint of its own inside the caller's transaction (two round trips a step): no
+    # caller goes on after a failure here, it rolls the whole transaction back.
+    with transaction.atomic(savepoint=False):
         status = locked_status if locked_status is not None else _lock_run(run_id)
         late = (
             not closing
@@ -113,6 +115,38 @@ def log_step(
             # A run being cancelled counts as closed: its workflow may still act, its work is over.
             and status not in ACTIVE_STATUSES
         )
+        values: dict[str, Any] = {
+            "run_id": run_id,
+            "function_id": current_step_id.get(),
+            "kind": kind,
+            "tool": tool,
+            "tool_call_id": tool_call_id,
+            "risk": risk,
+            "arguments": arguments,
+            "args_hash": digest,
+            "ok": ok,
+            "input_tokens": input_tokens,
+            "output_tokens": output_tokens,
+            "cache_read_tokens": cache_read_tokens,
+            "cache_write_tokens": cache_write_tokens,
+            "cost_micros": cost_micros,
+            "latency_ms": latency_ms,
+            "replayed": replayed,
+            "inverse": inverse,
+        }
+        if not late:
+            # Nearly every step: no row at this seq yet. One statement inserts it, adds it to
+            # the run's totals and sends the NOTIFY; a row already there (a step re-executed)
+            # is left alone by it and handled below, as it always was.
+            step = _insert_fresh(
+                seq=seq,
+                result=storable(payloads.to_json(payload)),
+                prompt_version=prompt_version,
+                **values,
+            )
+            if step is not None:
+                _emit(step, kind, tool, ok, payload.late, replayed, latency_ms, values)
+                return step
         step = _step_at(run_id, seq)
         if step is not None and not _same_call(step, kind, tool, tool_call_id, digest):
             if not late:
@@ -139,27 +173,7 @@ def log_step(
         stored = storable(payloads.to_json(payload))
         created = step is None
         if step is None:
-            step = _insert(
-                run_id=run_id,
-                seq=seq,
-                function_id=current_step_id.get(),
-                kind=kind,
-                tool=tool,
-                tool_call_id=tool_call_id,
-                risk=risk,
-                arguments=arguments,
-                args_hash=digest,
-                result=stored,
-                ok=ok,
-                input_tokens=input_tokens,
-                output_tokens=output_tokens,
-                cache_read_tokens=cache_read_tokens,
-                cache_write_tokens=cache_write_tokens,
-                cost_micros=cost_micros,
-                latency_ms=latency_ms,
-                replayed=replayed,
-                inverse=inverse,
-            )
+            step = _insert(seq=seq, result=stored, **values)
         else:
             # The same call again: add what it cost; keep what it finally returned.
             step.function_id = current_step_id.get()
@@ -191,22 +205,35 @@ def log_step(
                     f"{run_id}:{step.seq}",
                 ],
             )
-        events.emit(
-            "run.step",
-            run_id=run_id,
-            seq=step.seq,
-            kind=kind,
-            tool=tool or None,
-            ok=ok,
-            attempt=step.attempts,
-            late=payload.late,
-            replayed=replayed,
-            latency_ms=latency_ms,
-            input_tokens=input_tokens,
-            output_tokens=output_tokens,
-            cost_micros=cost_micros,
-        )
+        _emit(step, kind, tool, ok, payload.late, replayed, latency_ms, values)
     return step
+
+
+def _emit(
+    step: Step,
+    kind: str,
+    tool: str,
+    ok: bool,
+    late: bool,
+    replayed: bool,
+    latency_ms: int,
+    values: Mapping[str, Any],
+) -> None:
+    events.emit(
+        "run.step",
+        run_id=values["run_id"],
+        seq=step.seq,
+        kind=kind,
+        tool=tool or None,
+        ok=ok,
+        attempt=step.attempts,
+        late=late,
+        replayed=replayed,
+        latency_ms=latency_ms,
+        input_tokens=values["input_tokens"],
+        output_tokens=values["output_tokens"],
+        cost_micros=values["cost_micros"],
+    )
 
 
 _TOTALS_AND_NOTIFY = """
@@ -229,31 +256,81 @@ def _step_at(run_id: str, seq: int) -> Step | None:
     return None if row is None else Step.objects.get(pk=row[0])
 
 
-_INSERT: tuple[str, list[Any]] | None = None
+_INSERT: tuple[str, str, list[Any]] | None = None
 
 
-def _insert(**values: Any) -> Step:
-    """``Step.objects.create``, with the statement built once: every field's own conversion
-    (JSON, defaults, ``auto_now_add``), none of the query compiler's work on each step."""
+def _statements() -> tuple[str, str, list[Any]]:
+    """The step row's INSERT, alone and as the fresh-row statement, built once."""
     global _INSERT
     if _INSERT is None:
         fields = [f for f in Step._meta.concrete_fields if not f.primary_key]
         columns = ", ".join(connection.ops.quote_name(str(f.column)) for f in fields)
         marks = ", ".join(["%s"] * len(fields))
-        _INSERT = (
-            f"INSERT INTO {Step._meta.db_table} ({columns}) VALUES ({marks}) RETURNING id",
-            fields,
-        )
-    sql, fields = _INSERT
-    step = Step(**values)
-    params = [f.get_db_prep_save(f.pre_save(step, True), connection) for f in fields]
-    with connection.cursor() as cur:
-        cur.execute(sql, params)
-        row = cur.fetchone()
-    assert row is not None
-    step.pk = row[0]
+        insert = f"INSERT INTO {Step._meta.db_table} ({columns}) VALUES ({marks})"
+        _INSERT = (f"{insert} RETURNING id", _FRESH.format(insert=insert), fields)
+    return _INSERT
+
+
+# The row at a seq nobody holds, the run's totals and the NOTIFY, in one statement. A row
+# already at that seq makes the INSERT do nothing, and then nothing else happens either.
+_FRESH = """
+WITH ins AS ({insert} ON CONFLICT (run_id, seq) DO NOTHING RETURNING id),
+totals AS (
+  UPDATE agent_run SET steps = steps + 1, input_tokens = input_tokens + %s,
+    output_tokens = output_tokens + %s, cache_read_tokens = cache_read_tokens + %s,
+    cache_write_tokens = cache_write_tokens + %s, cost_micros = cost_micros + %s,
+    prompt_version_id = COALESCE(%s, prompt_version_id)
+  WHERE id = %s AND EXISTS (SELECT 1 FROM ins)
+)
+SELECT id, pg_notify('deskhand_steps', %s) FROM ins
+"""
+
+
+def _row_params(step: Step, fields: list[Any]) -> list[Any]:
+    # Every field's own conversion (JSON, defaults, ``auto_now_add``), no query compiler.
+    return [f.get_db_prep_save(f.pre_save(step, True), connection) for f in fields]
+
+
+def _saved(step: Step, pk: int) -> Step:
+    step.pk = pk
     step._state.adding, step._state.db = False, connection.alias
     return step
+
+
+def _insert(**values: Any) -> Step:
+    """``Step.objects.create``, with the statement built once."""
+    sql, _, fields = _statements()
+    step = Step(**values)
+    with connection.cursor() as cur:
+        cur.execute(sql, _row_params(step, fields))
+        row = cur.fetchone()
+    assert row is not None
+    return _saved(step, row[0])
+
+
+def _insert_fresh(*, prompt_version: str, **values: Any) -> Step | None:
+    """The new row at ``seq`` with the run's totals and the live pages' NOTIFY (delivered on
+    commit), in one round trip; ``None`` (and nothing written) when a row holds ``seq``."""
+    _, sql, fields = _statements()
+    step = Step(**values)
+    v = values
+    with connection.cursor() as cur:
+        cur.execute(
+            sql,
+            [
+                *_row_params(step, fields),
+                v["input_tokens"],
+                v["output_tokens"],
+                v["cache_read_tokens"],
+                v["cache_write_tokens"],
+                v["cost_micros"],
+                prompt_version or None,
+                v["run_id"],
+                f"{v['run_id']}:{v['seq']}",
+            ],
+        )
+        row = cur.fetchone()
+    return None if row is None else _saved(step, row[0])
 
 
 def _lock_run(run_id: str) -> str:
