@@ -105,131 +105,163 @@ def log_step(
     arguments = storable(arguments or {})
     payload = payloads.of_kind(kind, result)
     digest = call_hash(kind, tool, arguments)
-    # No savepoint of its own inside the caller's transaction (two round trips a step): no
-    # caller goes on after a failure here, it rolls the whole transaction back.
-    with transaction.atomic(savepoint=False):
-        status = locked_status if locked_status is not None else _lock_run(run_id)
-        late = (
-            not closing
-            and kind != StepKind.UNDO
-            # A run being cancelled counts as closed: its workflow may still act, its work is over.
-            and status not in ACTIVE_STATUSES
-        )
-        values: dict[str, Any] = {
-            "run_id": run_id,
-            "function_id": current_step_id.get(),
-            "kind": kind,
-            "tool": tool,
-            "tool_call_id": tool_call_id,
-            "risk": risk,
-            "arguments": arguments,
-            "args_hash": digest,
-            "ok": ok,
-            "input_tokens": input_tokens,
-            "output_tokens": output_tokens,
-            "cache_read_tokens": cache_read_tokens,
-            "cache_write_tokens": cache_write_tokens,
-            "cost_micros": cost_micros,
-            "latency_ms": latency_ms,
-            "replayed": replayed,
-            "inverse": inverse,
-        }
+    values: dict[str, Any] = {
+        "run_id": run_id,
+        "function_id": current_step_id.get(),
+        "kind": kind,
+        "tool": tool,
+        "tool_call_id": tool_call_id,
+        "risk": risk,
+        "arguments": arguments,
+        "args_hash": digest,
+        "ok": ok,
+        "input_tokens": input_tokens,
+        "output_tokens": output_tokens,
+        "cache_read_tokens": cache_read_tokens,
+        "cache_write_tokens": cache_write_tokens,
+        "cost_micros": cost_micros,
+        "latency_ms": latency_ms,
+        "replayed": replayed,
+        "inverse": inverse,
+    }
+    # Nearly every step finds no row at its seq: one statement writes it (below). Inside the
+    # caller's transaction that needs no savepoint of its own (two round trips a step): it
+    # raises nothing a caller could go on from. Anything else at that seq takes the path
+    # below, under a savepoint as always, so a StepConflict leaves the caller's transaction
+    # usable.
+    if connection.in_atomic_block:
+        step, status = _fresh(values, seq, payload, closing, prompt_version, locked_status)
+        if step is not None:
+            return step
+        with transaction.atomic():
+            return _log_again(values, seq, payload, closing, prompt_version, status)
+    with transaction.atomic():
+        step, status = _fresh(values, seq, payload, closing, prompt_version, locked_status)
+        return step or _log_again(values, seq, payload, closing, prompt_version, status)
+
+
+def _late(status: str, kind: str, closing: bool) -> bool:
+    return (
+        not closing
+        and kind != StepKind.UNDO
+        # A run being cancelled counts as closed: its workflow may still act, its work is over.
+        and status not in ACTIVE_STATUSES
+    )
+
+
+def _fresh(
+    values: dict[str, Any],
+    seq: int,
+    payload: payloads.Payload,
+    closing: bool,
+    prompt_version: str,
+    locked_status: str | None,
+) -> tuple[Step | None, str]:
+    """Under the run's lock: the new row at ``seq``, the run's totals and the NOTIFY in one
+    statement, or ``None`` (nothing written) when the run is closed or a row holds ``seq``.
+    Also the run's status as read under the lock."""
+    status = locked_status if locked_status is not None else _lock_run(values["run_id"])
+    if _late(status, values["kind"], closing):
+        return None, status
+    step = _insert_fresh(
+        seq=seq,
+        result=storable(payloads.to_json(payload)),
+        prompt_version=prompt_version,
+        **values,
+    )
+    if step is not None:
+        _emit(step, payload.late, values)
+    return step, status
+
+
+def _log_again(
+    values: dict[str, Any],
+    seq: int,
+    payload: payloads.Payload,
+    closing: bool,
+    prompt_version: str,
+    status: str,
+) -> Step:
+    """A row already holds ``seq`` (the same call re-executed, or another: ``StepConflict``),
+    or the run is closed (a late row). The run's lock is held."""
+    run_id, kind, tool = values["run_id"], values["kind"], values["tool"]
+    tool_call_id, digest = values["tool_call_id"], values["args_hash"]
+    late = _late(status, kind, closing)
+    step = _step_at(run_id, seq)
+    if step is not None and not _same_call(step, kind, tool, tool_call_id, digest):
         if not late:
-            # Nearly every step: no row at this seq yet. One statement inserts it, adds it to
-            # the run's totals and sends the NOTIFY; a row already there (a step re-executed)
-            # is left alone by it and handled below, as it always was.
-            step = _insert_fresh(
-                seq=seq,
-                result=storable(payloads.to_json(payload)),
-                prompt_version=prompt_version,
-                **values,
+            raise StepConflict(
+                f"run {run_id} step {seq} is already {_describe(step.kind, step.tool, step.tool_call_id)}; "
+                f"refusing to overwrite it with {_describe(kind, tool, tool_call_id)}"
+                + (" (other arguments)" if step.kind == kind and step.tool == tool else "")
             )
-            if step is not None:
-                _emit(step, kind, tool, ok, payload.late, replayed, latency_ms, values)
-                return step
-        step = _step_at(run_id, seq)
-        if step is not None and not _same_call(step, kind, tool, tool_call_id, digest):
-            if not late:
-                raise StepConflict(
-                    f"run {run_id} step {seq} is already {_describe(step.kind, step.tool, step.tool_call_id)}; "
-                    f"refusing to overwrite it with {_describe(kind, tool, tool_call_id)}"
-                    + (" (other arguments)" if step.kind == kind and step.tool == tool else "")
-                )
-            step = None  # the closing row took this seq: this step's own row is a late one
-        if step is None and late:
-            step = (
-                Step.objects.select_for_update()
-                .filter(payloads.late_rows(), run_id=run_id, kind=kind, tool=tool)
-                .filter(tool_call_id=tool_call_id, args_hash=digest)
-                .order_by("seq")
-                .first()
-            )
-            if step is None:
-                last = Step.objects.filter(run_id=run_id).aggregate(m=Max("seq"))["m"] or 0
-                seq = last + 1
-            else:
-                seq = step.seq
-            payload = dataclasses.replace(payload, late=True)
-        stored = storable(payloads.to_json(payload))
-        created = step is None
+        step = None  # the closing row took this seq: this step's own row is a late one
+    if step is None and late:
+        step = (
+            Step.objects.select_for_update()
+            .filter(payloads.late_rows(), run_id=run_id, kind=kind, tool=tool)
+            .filter(tool_call_id=tool_call_id, args_hash=digest)
+            .order_by("seq")
+            .first()
+        )
         if step is None:
-            step = _insert(seq=seq, result=stored, **values)
+            last = Step.objects.filter(run_id=run_id).aggregate(m=Max("seq"))["m"] or 0
+            seq = last + 1
         else:
-            # The same call again: add what it cost; keep what it finally returned.
-            step.function_id = current_step_id.get()
-            step.risk, step.arguments, step.args_hash = risk, arguments, digest
-            step.result, step.ok = stored, ok
-            step.input_tokens += input_tokens
-            step.output_tokens += output_tokens
-            step.cache_read_tokens += cache_read_tokens
-            step.cache_write_tokens += cache_write_tokens
-            step.cost_micros += cost_micros
-            step.latency_ms = latency_ms
-            step.replayed = step.replayed or replayed
-            step.inverse = inverse
-            step.attempts += 1
-            step.save()
-        # The run's totals and the live pages' NOTIFY (delivered on commit) in one round trip.
-        with connection.cursor() as cur:
-            cur.execute(
-                _TOTALS_AND_NOTIFY,
-                [
-                    1 if created else 0,
-                    input_tokens,
-                    output_tokens,
-                    cache_read_tokens,
-                    cache_write_tokens,
-                    cost_micros,
-                    prompt_version or None,
-                    run_id,
-                    f"{run_id}:{step.seq}",
-                ],
-            )
-        _emit(step, kind, tool, ok, payload.late, replayed, latency_ms, values)
+            seq = step.seq
+        payload = dataclasses.replace(payload, late=True)
+    stored = storable(payloads.to_json(payload))
+    created = step is None
+    if step is None:
+        step = _insert(seq=seq, result=stored, **values)
+    else:
+        # The same call again: add what it cost; keep what it finally returned.
+        v = values
+        step.function_id = v["function_id"]
+        step.risk, step.arguments, step.args_hash = v["risk"], v["arguments"], digest
+        step.result, step.ok = stored, v["ok"]
+        step.input_tokens += v["input_tokens"]
+        step.output_tokens += v["output_tokens"]
+        step.cache_read_tokens += v["cache_read_tokens"]
+        step.cache_write_tokens += v["cache_write_tokens"]
+        step.cost_micros += v["cost_micros"]
+        step.latency_ms = v["latency_ms"]
+        step.replayed = step.replayed or v["replayed"]
+        step.inverse = v["inverse"]
+        step.attempts += 1
+        step.save()
+    # The run's totals and the live pages' NOTIFY (delivered on commit) in one round trip.
+    with connection.cursor() as cur:
+        cur.execute(
+            _TOTALS_AND_NOTIFY,
+            [
+                1 if created else 0,
+                values["input_tokens"],
+                values["output_tokens"],
+                values["cache_read_tokens"],
+                values["cache_write_tokens"],
+                values["cost_micros"],
+                prompt_version or None,
+                run_id,
+                f"{run_id}:{step.seq}",
+            ],
+        )
+    _emit(step, payload.late, values)
     return step
 
 
-def _emit(
-    step: Step,
-    kind: str,
-    tool: str,
-    ok: bool,
-    late: bool,
-    replayed: bool,
-    latency_ms: int,
-    values: Mapping[str, Any],
-) -> None:
+def _emit(step: Step, late: bool, values: Mapping[str, Any]) -> None:
     events.emit(
         "run.step",
         run_id=values["run_id"],
         seq=step.seq,
-        kind=kind,
-        tool=tool or None,
-        ok=ok,
+        kind=values["kind"],
+        tool=values["tool"] or None,
+        ok=values["ok"],
         attempt=step.attempts,
         late=late,
-        replayed=replayed,
-        latency_ms=latency_ms,
+        replayed=values["replayed"],
+        latency_ms=values["latency_ms"],
         input_tokens=values["input_tokens"],
         output_tokens=values["output_tokens"],
         cost_micros=values["cost_micros"],
