@@ -40,6 +40,7 @@ from agent.tools.reads import order_of_customer
 from agent.tools.registry import ToolError
 from deskhand.desk.models import Refund
 from deskhand.desk.money import format_cents, format_micros
+from deskhand.desk.rows import row_by_pk
 from deskhand.desk.services import merchant_day_start
 
 Hit = dict[str, str]
@@ -219,7 +220,7 @@ def refund_precheck(run_id: str, args: dict[str, Any]) -> str | None:
     under row locks, and that check is the one that holds. This one lets the
     loop refuse before a person is asked to approve money that cannot move.
     """
-    run = Run.objects.select_related("merchant", "ticket").get(pk=run_id)
+    run = row_by_pk(Run, run_id, related=("merchant", "ticket"))
     amount, reference = args.get("amount_cents"), args.get("order_reference")
     if isinstance(amount, bool) or not isinstance(amount, int) or amount < 1:
         return None  # validation's business, not a ceiling's
@@ -229,7 +230,10 @@ def refund_precheck(run_id: str, args: dict[str, Any]) -> str | None:
     try:
         # The lookup the refund itself makes: this merchant's order, this ticket's customer.
         order = order_of_customer(
-            merchant_id=run.merchant_id, customer_id=run.ticket.customer_id, reference=reference
+            merchant_id=run.merchant_id,
+            customer_id=run.ticket.customer_id,
+            reference=reference,
+            lines=False,
         )
     except ToolError as exc:
         return f"cannot refund {money(amount)}: {exc}"
