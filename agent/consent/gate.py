@@ -49,7 +49,8 @@ def gate_request(run_id: str, seq: int, call: dict[str, Any]) -> dict[str, Any]:
     tool = get_tool(name)
     digest = args_hash(name, args)
     with transaction.atomic():
-        run = row_by_pk(Run, run_id, related=("merchant",), lock=True)
+        # The ticket too: the refund pre-check and the notifications name it.
+        run = row_by_pk(Run, run_id, related=("merchant", "ticket"), lock=True)
         if not run.is_active:
             return {"closed": run.status}
         if (
@@ -57,7 +58,7 @@ def gate_request(run_id: str, seq: int, call: dict[str, Any]) -> dict[str, Any]:
             and not Approval.objects.filter(run=run, tool_call_id=call_id).exists()
         ):
             # Nobody is asked to approve money that cannot move: the model reads why instead.
-            why = refund_precheck(run_id, args)
+            why = refund_precheck(run_id, args, run=run)
             if why:
                 log_effect_answer(
                     run_id=run_id,
@@ -74,7 +75,7 @@ def gate_request(run_id: str, seq: int, call: dict[str, Any]) -> dict[str, Any]:
             run=run,
             tool_call_id=call_id,
             defaults={
-                "merchant_id": run.merchant_id,
+                "merchant": run.merchant,  # the instance: the notifications read it, not again
                 "tool": name,
                 "arguments": args,
                 "args_hash": digest,
@@ -123,6 +124,7 @@ def gate_request(run_id: str, seq: int, call: dict[str, Any]) -> dict[str, Any]:
                 **({"policy": approval.decided_by_label} if approval.policy_id else {}),
                 **({"mismatch": "; ".join(differences)} if differences else {}),
             },
+            locked_status=run.status,  # locked above
         )
         if created:
             events.emit(
@@ -240,6 +242,7 @@ def gate_resume(
                 ),
             },
             ok=verdict["verdict"] in ("approved", "denied"),
+            locked_status=run.status,  # locked above
         )
     return verdict
 

@@ -213,14 +213,16 @@ def bounds_step(run_id: str, run: Run | None = None) -> dict[str, Any]:
     return {"steps_left": max(run.max_steps - run.steps, 0)}
 
 
-def refund_precheck(run_id: str, args: dict[str, Any]) -> str | None:
+def refund_precheck(run_id: str, args: dict[str, Any], run: Run | None = None) -> str | None:
     """Why an ``issue_refund`` with these arguments could not be paid now, or ``None``.
 
     Read-only and advisory: the refund's own transaction re-checks every limit
     under row locks, and that check is the one that holds. This one lets the
     loop refuse before a person is asked to approve money that cannot move.
+    ``run``: the run as the caller just read it, with its merchant and ticket.
     """
-    run = row_by_pk(Run, run_id, related=("merchant", "ticket"))
+    if run is None:
+        run = row_by_pk(Run, run_id, related=("merchant", "ticket"))
     amount, reference = args.get("amount_cents"), args.get("order_reference")
     if isinstance(amount, bool) or not isinstance(amount, int) or amount < 1:
         return None  # validation's business, not a ceiling's
