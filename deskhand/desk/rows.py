@@ -58,7 +58,8 @@ def _build(
             f"{join} {q(target._meta.db_table)} t{i}"
             f" ON t{i}.{q(str(fk.target_field.column))} = t0.{q(str(fk.column))}"
         )
-    pk = q(str(model._meta.pk.column))  # type: ignore[union-attr]
+    assert model._meta.pk is not None
+    pk = q(str(model._meta.pk.column))
     sql = (
         f"SELECT {', '.join(cols)} FROM {q(model._meta.db_table)} t0 {' '.join(joins)}"
         f" WHERE t0.{pk} = %s" + (" FOR UPDATE OF t0" if lock else "")
@@ -87,8 +88,8 @@ def row_by_pk[M: models.Model](
         cur.execute(sql, [pk])
         row = cur.fetchone()
     if row is None:
-        raise model.DoesNotExist(f"no {model.__name__} {pk}")
-    start, instances = 0, []
+        raise model.DoesNotExist(f"no {model.__name__} {pk}")  # type: ignore[attr-defined]
+    start, instances = 0, list[models.Model]()
     for cls, n, converters, fk in parts:
         values = list(row[start : start + n])
         start += n
