@@ -29,6 +29,7 @@ from approvals.models import Approval, ApprovalStatus
 from approvals.notifications import NotificationEvent, notify_approval
 from approvals.services import approval_decide_by_policy, approval_expire
 from deskhand import events
+from deskhand.desk.rows import row_by_pk
 
 
 def gate_request(run_id: str, seq: int, call: dict[str, Any]) -> dict[str, Any]:
@@ -48,7 +49,8 @@ def gate_request(run_id: str, seq: int, call: dict[str, Any]) -> dict[str, Any]:
     tool = get_tool(name)
     digest = args_hash(name, args)
     with transaction.atomic():
-        run = Run.objects.select_for_update(of=("self",)).select_related("merchant").get(pk=run_id)
+        # The ticket too: the refund pre-check and the notifications name it.
+        run = row_by_pk(Run, run_id, related=("merchant", "ticket"), lock=True)
         if not run.is_active:
             return {"closed": run.status}
         if (
@@ -56,7 +58,7 @@ def gate_request(run_id: str, seq: int, call: dict[str, Any]) -> dict[str, Any]:
             and not Approval.objects.filter(run=run, tool_call_id=call_id).exists()
         ):
             # Nobody is asked to approve money that cannot move: the model reads why instead.
-            why = refund_precheck(run_id, args)
+            why = refund_precheck(run_id, args, run=run)
             if why:
                 log_effect_answer(
                     run_id=run_id,
@@ -73,7 +75,7 @@ def gate_request(run_id: str, seq: int, call: dict[str, Any]) -> dict[str, Any]:
             run=run,
             tool_call_id=call_id,
             defaults={
-                "merchant_id": run.merchant_id,
+                "merchant": run.merchant,  # the instance: the notifications read it, not again
                 "tool": name,
                 "arguments": args,
                 "args_hash": digest,
@@ -122,6 +124,7 @@ def gate_request(run_id: str, seq: int, call: dict[str, Any]) -> dict[str, Any]:
                 **({"policy": approval.decided_by_label} if approval.policy_id else {}),
                 **({"mismatch": "; ".join(differences)} if differences else {}),
             },
+            locked_status=run.status,  # locked above
         )
         if created:
             events.emit(
@@ -148,7 +151,7 @@ def _requested(approval: Approval, differences: list[str]) -> dict[str, Any]:
 
 def gate_read(approval_id: str) -> dict[str, Any]:
     """The decision on record (a message alone is never authority)."""
-    a = Approval.objects.get(pk=approval_id)
+    a = row_by_pk(Approval, approval_id)
     return {
         "status": a.status,
         "expires_at": a.expires_at.isoformat(),
@@ -178,14 +181,10 @@ def gate_resume(
     name, call_id, args = call["name"], call["id"], call["input"]
     digest = args_hash(name, args)
     with transaction.atomic():
-        run = Run.objects.select_for_update().get(pk=run_id)
+        run = row_by_pk(Run, run_id, lock=True)
         if not run.is_active:
             return {"verdict": "closed", "status": run.status}
-        approval = (
-            Approval.objects.select_for_update(of=("self",))
-            .select_related("decided_by", "policy")
-            .get(pk=approval_id)
-        )
+        approval = row_by_pk(Approval, approval_id, related=("decided_by", "policy"), lock=True)
         # Time waiting for a person is handed back to the working deadline. It is counted from
         # the approval's own ``requested_at`` (not only the loop's measured wait), so a worker
         # killed between opening the approval and its first clock reading loses none of it.
@@ -243,6 +242,7 @@ def gate_resume(
                 ),
             },
             ok=verdict["verdict"] in ("approved", "denied"),
+            locked_status=run.status,  # locked above
         )
     return verdict
 

@@ -20,12 +20,13 @@ import dataclasses
 import hashlib
 from typing import Any
 
-from django.db import IntegrityError, transaction
+from django.db import IntegrityError, connection, transaction
 
 from agent.models import PromptVersion
 from agent.tools.registry import canonical_json
 
 TOKEN_SLOT = "{token}"
+_STORED = f"SELECT 1 FROM {PromptVersion._meta.db_table} WHERE sha256 = %s"
 
 
 def template_of(system: str, token: str) -> str:
@@ -49,8 +50,11 @@ def record(system: str, tools: list[dict[str, Any]], token: str) -> str:
     belong to, once; return its hash. Safe when many model steps record it at once."""
     template = template_of(system, token)
     digest = version_sha256(template, tools)
-    if PromptVersion.objects.filter(pk=digest).exists():
-        return digest
+    # Every model step asks: in SQL, so the ORM does not compile the same question each turn.
+    with connection.cursor() as cur:
+        cur.execute(_STORED, [digest])
+        if cur.fetchone() is not None:
+            return digest
     try:
         with transaction.atomic():
             PromptVersion.objects.create(sha256=digest, system_template=template, tools=tools)

@@ -40,6 +40,7 @@ from agent.tools.reads import order_of_customer
 from agent.tools.registry import ToolError
 from deskhand.desk.models import Refund
 from deskhand.desk.money import format_cents, format_micros
+from deskhand.desk.rows import row_by_pk
 from deskhand.desk.services import merchant_day_start
 
 Hit = dict[str, str]
@@ -212,14 +213,16 @@ def bounds_step(run_id: str, run: Run | None = None) -> dict[str, Any]:
     return {"steps_left": max(run.max_steps - run.steps, 0)}
 
 
-def refund_precheck(run_id: str, args: dict[str, Any]) -> str | None:
+def refund_precheck(run_id: str, args: dict[str, Any], run: Run | None = None) -> str | None:
     """Why an ``issue_refund`` with these arguments could not be paid now, or ``None``.
 
     Read-only and advisory: the refund's own transaction re-checks every limit
     under row locks, and that check is the one that holds. This one lets the
     loop refuse before a person is asked to approve money that cannot move.
+    ``run``: the run as the caller just read it, with its merchant and ticket.
     """
-    run = Run.objects.select_related("merchant", "ticket").get(pk=run_id)
+    if run is None:
+        run = row_by_pk(Run, run_id, related=("merchant", "ticket"))
     amount, reference = args.get("amount_cents"), args.get("order_reference")
     if isinstance(amount, bool) or not isinstance(amount, int) or amount < 1:
         return None  # validation's business, not a ceiling's
@@ -229,7 +232,10 @@ def refund_precheck(run_id: str, args: dict[str, Any]) -> str | None:
     try:
         # The lookup the refund itself makes: this merchant's order, this ticket's customer.
         order = order_of_customer(
-            merchant_id=run.merchant_id, customer_id=run.ticket.customer_id, reference=reference
+            merchant_id=run.merchant_id,
+            customer_id=run.ticket.customer_id,
+            reference=reference,
+            lines=False,
         )
     except ToolError as exc:
         return f"cannot refund {money(amount)}: {exc}"

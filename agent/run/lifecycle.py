@@ -20,6 +20,7 @@ from agent.run.services import next_seq, run_close, run_close_pending_approvals,
 from approvals.models import AuditEvent, Channel
 from deskhand import events
 from deskhand.desk.models import Priority, TicketStatus
+from deskhand.desk.rows import row_by_pk
 from deskhand.desk.services import ticket_set_priority, ticket_set_status
 
 
@@ -55,7 +56,7 @@ def run_finish(
     this step writes nothing for it, so its step-log line cannot take the cancel's number.
     """
     with transaction.atomic():
-        run = Run.objects.select_for_update().get(pk=run_id)
+        run = row_by_pk(Run, run_id, lock=True)
         if run.status in TERMINAL_STATUSES or run.status == RunStatus.CANCELLING:
             return {"status": run.status, "stop_reason": run.stop_reason}
         run_close_pending_approvals(run, ending=status)

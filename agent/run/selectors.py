@@ -18,6 +18,7 @@ from agent.ledger.models import LedgerEntry, LedgerState
 from agent.models import Run
 from approvals.models import Approval, ApprovalStatus
 from deskhand.desk.models import OutboundEmail, Refund, RefundStatus, Ticket, TicketStatus
+from deskhand.desk.rows import row_by_pk
 
 
 def _decided_how(approval: Approval | None) -> str:
@@ -40,7 +41,7 @@ def effects_summary(run_id: str) -> str:
     started, which it did not (and could not) repeat. Then what was new in this run.
     """
     lines: list[str] = []
-    run = Run.objects.get(pk=run_id)
+    run = row_by_pk(Run, run_id)
     inherited = inherited_effects(run)
     entries = list(
         LedgerEntry.objects.filter(run_id=run_id)

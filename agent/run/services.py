@@ -198,6 +198,7 @@ def run_close(
             result=result,
             ok=status == RunStatus.SUCCEEDED,
             closing=True,
+            locked_status=status,  # the caller holds the run's lock
         )
     events.emit(
         "run.finished",

@@ -105,108 +105,167 @@ def log_step(
     arguments = storable(arguments or {})
     payload = payloads.of_kind(kind, result)
     digest = call_hash(kind, tool, arguments)
+    values: dict[str, Any] = {
+        "run_id": run_id,
+        "function_id": current_step_id.get(),
+        "kind": kind,
+        "tool": tool,
+        "tool_call_id": tool_call_id,
+        "risk": risk,
+        "arguments": arguments,
+        "args_hash": digest,
+        "ok": ok,
+        "input_tokens": input_tokens,
+        "output_tokens": output_tokens,
+        "cache_read_tokens": cache_read_tokens,
+        "cache_write_tokens": cache_write_tokens,
+        "cost_micros": cost_micros,
+        "latency_ms": latency_ms,
+        "replayed": replayed,
+        "inverse": inverse,
+    }
+    # Nearly every step finds no row at its seq: one statement writes it (below). Inside the
+    # caller's transaction that needs no savepoint of its own (two round trips a step): it
+    # raises nothing a caller could go on from. Anything else at that seq takes the path
+    # below, under a savepoint as always, so a StepConflict leaves the caller's transaction
+    # usable.
+    if connection.in_atomic_block:
+        step, status = _fresh(values, seq, payload, closing, prompt_version, locked_status)
+        if step is not None:
+            return step
+        with transaction.atomic():
+            return _log_again(values, seq, payload, closing, prompt_version, status)
     with transaction.atomic():
-        status = locked_status if locked_status is not None else _lock_run(run_id)
-        late = (
-            not closing
-            and kind != StepKind.UNDO
-            # A run being cancelled counts as closed: its workflow may still act, its work is over.
-            and status not in ACTIVE_STATUSES
-        )
-        step = _step_at(run_id, seq)
-        if step is not None and not _same_call(step, kind, tool, tool_call_id, digest):
-            if not late:
-                raise StepConflict(
-                    f"run {run_id} step {seq} is already {_describe(step.kind, step.tool, step.tool_call_id)}; "
-                    f"refusing to overwrite it with {_describe(kind, tool, tool_call_id)}"
-                    + (" (other arguments)" if step.kind == kind and step.tool == tool else "")
-                )
-            step = None  # the closing row took this seq: this step's own row is a late one
-        if step is None and late:
-            step = (
-                Step.objects.select_for_update()
-                .filter(payloads.late_rows(), run_id=run_id, kind=kind, tool=tool)
-                .filter(tool_call_id=tool_call_id, args_hash=digest)
-                .order_by("seq")
-                .first()
+        step, status = _fresh(values, seq, payload, closing, prompt_version, locked_status)
+        return step or _log_again(values, seq, payload, closing, prompt_version, status)
+
+
+def _late(status: str, kind: str, closing: bool) -> bool:
+    return (
+        not closing
+        and kind != StepKind.UNDO
+        # A run being cancelled counts as closed: its workflow may still act, its work is over.
+        and status not in ACTIVE_STATUSES
+    )
+
+
+def _fresh(
+    values: dict[str, Any],
+    seq: int,
+    payload: payloads.Payload,
+    closing: bool,
+    prompt_version: str,
+    locked_status: str | None,
+) -> tuple[Step | None, str]:
+    """Under the run's lock: the new row at ``seq``, the run's totals and the NOTIFY in one
+    statement, or ``None`` (nothing written) when the run is closed or a row holds ``seq``.
+    Also the run's status as read under the lock."""
+    status = locked_status if locked_status is not None else _lock_run(values["run_id"])
+    if _late(status, values["kind"], closing):
+        return None, status
+    step = _insert_fresh(
+        seq=seq,
+        result=storable(payloads.to_json(payload)),
+        prompt_version=prompt_version,
+        **values,
+    )
+    if step is not None:
+        _emit(step, payload.late, values)
+    return step, status
+
+
+def _log_again(
+    values: dict[str, Any],
+    seq: int,
+    payload: payloads.Payload,
+    closing: bool,
+    prompt_version: str,
+    status: str,
+) -> Step:
+    """A row already holds ``seq`` (the same call re-executed, or another: ``StepConflict``),
+    or the run is closed (a late row). The run's lock is held."""
+    run_id, kind, tool = values["run_id"], values["kind"], values["tool"]
+    tool_call_id, digest = values["tool_call_id"], values["args_hash"]
+    late = _late(status, kind, closing)
+    step = _step_at(run_id, seq)
+    if step is not None and not _same_call(step, kind, tool, tool_call_id, digest):
+        if not late:
+            raise StepConflict(
+                f"run {run_id} step {seq} is already {_describe(step.kind, step.tool, step.tool_call_id)}; "
+                f"refusing to overwrite it with {_describe(kind, tool, tool_call_id)}"
+                + (" (other arguments)" if step.kind == kind and step.tool == tool else "")
             )
-            if step is None:
-                last = Step.objects.filter(run_id=run_id).aggregate(m=Max("seq"))["m"] or 0
-                seq = last + 1
-            else:
-                seq = step.seq
-            payload = dataclasses.replace(payload, late=True)
-        stored = storable(payloads.to_json(payload))
-        created = step is None
+        step = None  # the closing row took this seq: this step's own row is a late one
+    if step is None and late:
+        step = (
+            Step.objects.select_for_update()
+            .filter(payloads.late_rows(), run_id=run_id, kind=kind, tool=tool)
+            .filter(tool_call_id=tool_call_id, args_hash=digest)
+            .order_by("seq")
+            .first()
+        )
         if step is None:
-            step = _insert(
-                run_id=run_id,
-                seq=seq,
-                function_id=current_step_id.get(),
-                kind=kind,
-                tool=tool,
-                tool_call_id=tool_call_id,
-                risk=risk,
-                arguments=arguments,
-                args_hash=digest,
-                result=stored,
-                ok=ok,
-                input_tokens=input_tokens,
-                output_tokens=output_tokens,
-                cache_read_tokens=cache_read_tokens,
-                cache_write_tokens=cache_write_tokens,
-                cost_micros=cost_micros,
-                latency_ms=latency_ms,
-                replayed=replayed,
-                inverse=inverse,
-            )
+            last = Step.objects.filter(run_id=run_id).aggregate(m=Max("seq"))["m"] or 0
+            seq = last + 1
         else:
-            # The same call again: add what it cost; keep what it finally returned.
-            step.function_id = current_step_id.get()
-            step.risk, step.arguments, step.args_hash = risk, arguments, digest
-            step.result, step.ok = stored, ok
-            step.input_tokens += input_tokens
-            step.output_tokens += output_tokens
-            step.cache_read_tokens += cache_read_tokens
-            step.cache_write_tokens += cache_write_tokens
-            step.cost_micros += cost_micros
-            step.latency_ms = latency_ms
-            step.replayed = step.replayed or replayed
-            step.inverse = inverse
-            step.attempts += 1
-            step.save()
-        # The run's totals and the live pages' NOTIFY (delivered on commit) in one round trip.
-        with connection.cursor() as cur:
-            cur.execute(
-                _TOTALS_AND_NOTIFY,
-                [
-                    1 if created else 0,
-                    input_tokens,
-                    output_tokens,
-                    cache_read_tokens,
-                    cache_write_tokens,
-                    cost_micros,
-                    prompt_version or None,
-                    run_id,
-                    f"{run_id}:{step.seq}",
-                ],
-            )
-        events.emit(
-            "run.step",
-            run_id=run_id,
-            seq=step.seq,
-            kind=kind,
-            tool=tool or None,
-            ok=ok,
-            attempt=step.attempts,
-            late=payload.late,
-            replayed=replayed,
-            latency_ms=latency_ms,
-            input_tokens=input_tokens,
-            output_tokens=output_tokens,
-            cost_micros=cost_micros,
+            seq = step.seq
+        payload = dataclasses.replace(payload, late=True)
+    stored = storable(payloads.to_json(payload))
+    created = step is None
+    if step is None:
+        step = _insert(seq=seq, result=stored, **values)
+    else:
+        # The same call again: add what it cost; keep what it finally returned.
+        v = values
+        step.function_id = v["function_id"]
+        step.risk, step.arguments, step.args_hash = v["risk"], v["arguments"], digest
+        step.result, step.ok = stored, v["ok"]
+        step.input_tokens += v["input_tokens"]
+        step.output_tokens += v["output_tokens"]
+        step.cache_read_tokens += v["cache_read_tokens"]
+        step.cache_write_tokens += v["cache_write_tokens"]
+        step.cost_micros += v["cost_micros"]
+        step.latency_ms = v["latency_ms"]
+        step.replayed = step.replayed or v["replayed"]
+        step.inverse = v["inverse"]
+        step.attempts += 1
+        step.save()
+    # The run's totals and the live pages' NOTIFY (delivered on commit) in one round trip.
+    with connection.cursor() as cur:
+        cur.execute(
+            _TOTALS_AND_NOTIFY,
+            [
+                1 if created else 0,
+                values["input_tokens"],
+                values["output_tokens"],
+                values["cache_read_tokens"],
+                values["cache_write_tokens"],
+                values["cost_micros"],
+                prompt_version or None,
+                run_id,
+                f"{run_id}:{step.seq}",
+            ],
         )
+    _emit(step, payload.late, values)
     return step
+
+
+def _emit(step: Step, late: bool, values: Mapping[str, Any]) -> None:
+    events.emit(
+        "run.step",
+        run_id=values["run_id"],
+        seq=step.seq,
+        kind=values["kind"],
+        tool=values["tool"] or None,
+        ok=values["ok"],
+        attempt=step.attempts,
+        late=late,
+        replayed=values["replayed"],
+        latency_ms=values["latency_ms"],
+        input_tokens=values["input_tokens"],
+        output_tokens=values["output_tokens"],
+        cost_micros=values["cost_micros"],
+    )
 
 
 _TOTALS_AND_NOTIFY = """
@@ -229,31 +288,81 @@ def _step_at(run_id: str, seq: int) -> Step | None:
     return None if row is None else Step.objects.get(pk=row[0])
 
 
-_INSERT: tuple[str, list[Any]] | None = None
+_INSERT: tuple[str, str, list[Any]] | None = None
 
 
-def _insert(**values: Any) -> Step:
-    """``Step.objects.create``, with the statement built once: every field's own conversion
-    (JSON, defaults, ``auto_now_add``), none of the query compiler's work on each step."""
+def _statements() -> tuple[str, str, list[Any]]:
+    """The step row's INSERT, alone and as the fresh-row statement, built once."""
     global _INSERT
     if _INSERT is None:
         fields = [f for f in Step._meta.concrete_fields if not f.primary_key]
         columns = ", ".join(connection.ops.quote_name(str(f.column)) for f in fields)
         marks = ", ".join(["%s"] * len(fields))
-        _INSERT = (
-            f"INSERT INTO {Step._meta.db_table} ({columns}) VALUES ({marks}) RETURNING id",
-            fields,
-        )
-    sql, fields = _INSERT
-    step = Step(**values)
-    params = [f.get_db_prep_save(f.pre_save(step, True), connection) for f in fields]
-    with connection.cursor() as cur:
-        cur.execute(sql, params)
-        row = cur.fetchone()
-    assert row is not None
-    step.pk = row[0]
+        insert = f"INSERT INTO {Step._meta.db_table} ({columns}) VALUES ({marks})"
+        _INSERT = (f"{insert} RETURNING id", _FRESH.format(insert=insert), fields)
+    return _INSERT
+
+
+# The row at a seq nobody holds, the run's totals and the NOTIFY, in one statement. A row
+# already at that seq makes the INSERT do nothing, and then nothing else happens either.
+_FRESH = """
+WITH ins AS ({insert} ON CONFLICT (run_id, seq) DO NOTHING RETURNING id),
+totals AS (
+  UPDATE agent_run SET steps = steps + 1, input_tokens = input_tokens + %s,
+    output_tokens = output_tokens + %s, cache_read_tokens = cache_read_tokens + %s,
+    cache_write_tokens = cache_write_tokens + %s, cost_micros = cost_micros + %s,
+    prompt_version_id = COALESCE(%s, prompt_version_id)
+  WHERE id = %s AND EXISTS (SELECT 1 FROM ins)
+)
+SELECT id, pg_notify('deskhand_steps', %s) FROM ins
+"""
+
+
+def _row_params(step: Step, fields: list[Any]) -> list[Any]:
+    # Every field's own conversion (JSON, defaults, ``auto_now_add``), no query compiler.
+    return [f.get_db_prep_save(f.pre_save(step, True), connection) for f in fields]
+
+
+def _saved(step: Step, pk: int) -> Step:
+    step.pk = pk
     step._state.adding, step._state.db = False, connection.alias
     return step
+
+
+def _insert(**values: Any) -> Step:
+    """``Step.objects.create``, with the statement built once."""
+    sql, _, fields = _statements()
+    step = Step(**values)
+    with connection.cursor() as cur:
+        cur.execute(sql, _row_params(step, fields))
+        row = cur.fetchone()
+    assert row is not None
+    return _saved(step, row[0])
+
+
+def _insert_fresh(*, prompt_version: str, **values: Any) -> Step | None:
+    """The new row at ``seq`` with the run's totals and the live pages' NOTIFY (delivered on
+    commit), in one round trip; ``None`` (and nothing written) when a row holds ``seq``."""
+    _, sql, fields = _statements()
+    step = Step(**values)
+    v = values
+    with connection.cursor() as cur:
+        cur.execute(
+            sql,
+            [
+                *_row_params(step, fields),
+                v["input_tokens"],
+                v["output_tokens"],
+                v["cache_read_tokens"],
+                v["cache_write_tokens"],
+                v["cost_micros"],
+                prompt_version or None,
+                v["run_id"],
+                f"{v['run_id']}:{v['seq']}",
+            ],
+        )
+        row = cur.fetchone()
+    return None if row is None else _saved(step, row[0])
 
 
 def _lock_run(run_id: str) -> str:

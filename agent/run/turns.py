@@ -48,6 +48,7 @@ from agent.run.payloads import ModelPayload, StepKind
 from agent.run.steering import notes_take
 from agent.run.steplog import log_step
 from agent.tools import api_schemas
+from deskhand.desk.rows import row_by_pk
 
 
 def model_turn(
@@ -179,10 +180,10 @@ def turn(
     with transaction.atomic():
         # One read of the run for the notes, the bounds and the call's provider: one
         # transaction before the call, not six, and it writes nothing unless a note waits.
-        run = Run.objects.select_related("merchant").get(pk=run_id)
+        run = row_by_pk(Run, run_id, related=("merchant",))
         taken = notes_take(run_id, seq, run=run)
         if taken["next_seq"] != seq:  # a NOTE row: the run's totals moved
-            run = Run.objects.select_related("merchant").get(pk=run_id)
+            run = row_by_pk(Run, run_id, related=("merchant",))
         out: dict[str, Any] = {"notes": taken["notes"], "next_seq": taken["next_seq"]}
         out["bounds"] = bounds_step(run_id, run=run)
     if out["bounds"].get("reason"):

@@ -18,6 +18,7 @@ from agent.run.payloads import StepKind
 from agent.run.steplog import log_step
 from agent.tools import REGISTRY, Risk, ToolError, get_tool
 from agent.tools.registry import ToolContext
+from deskhand.desk.rows import row_by_pk
 
 
 def tool_context(
@@ -72,7 +73,7 @@ def execute_tool(run_id: str, seq: int, call: dict[str, Any]) -> dict[str, Any]:
     with transaction.atomic():
         # The run's row lock, as a cancel takes it, and the run read under it: once for the
         # handler's context and the step row (log_step is told, and does not lock again).
-        run = Run.objects.select_for_update(of=("self",)).select_related("ticket").get(pk=run_id)
+        run = row_by_pk(Run, run_id, related=("ticket",), lock=True)
         status = run.status
         if status not in ACTIVE_STATUSES:
             return not_performed(status, name)

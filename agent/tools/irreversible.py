@@ -46,7 +46,7 @@ def _ledger_entry(ctx: ToolContext, tool: str) -> int:
 @domain_errors
 def issue_refund(ctx: ToolContext, args: dict[str, Any]) -> ToolOutcome:
     entry = _ledger_entry(ctx, "issue_refund")
-    order = customer_order(ctx, args["order_reference"])
+    order = customer_order(ctx, args["order_reference"], lines=False)  # the refund locks it
     refund = services.refund_issue(
         order=order,
         amount_cents=args["amount_cents"],

@@ -62,9 +62,10 @@ def domain_errors(handler: Handler) -> Handler:
     return wrapped
 
 
-def run_ticket(ctx: ToolContext, reference: str) -> Ticket:
-    """The ticket ``reference`` names, provided it is the one this run works on."""
-    ticket = selectors.ticket_get(merchant_id=ctx.merchant_id, reference=reference)
+def run_ticket(ctx: ToolContext, reference: str, thread: bool = True) -> Ticket:
+    """The ticket ``reference`` names, provided it is the one this run works on. ``thread``:
+    with its customer, assignee and messages (``selectors.ticket_get``)."""
+    ticket = selectors.ticket_get(merchant_id=ctx.merchant_id, reference=reference, thread=thread)
     if ticket is None:
         raise ToolError(f"no ticket '{reference.strip()}' for this merchant")
     if ticket.pk != ctx.ticket_id:
@@ -80,20 +81,23 @@ def run_ticket(ctx: ToolContext, reference: str) -> Ticket:
     return ticket
 
 
-def customer_order(ctx: ToolContext, reference: str) -> Order:
-    """The order ``reference`` names, provided it belongs to this ticket's customer."""
+def customer_order(ctx: ToolContext, reference: str, lines: bool = True) -> Order:
+    """The order ``reference`` names, provided it belongs to this ticket's customer.
+    ``lines``: with its customer, items and refunds (``selectors.order_get``)."""
     return order_of_customer(
-        merchant_id=ctx.merchant_id, customer_id=ctx.customer_id, reference=reference
+        merchant_id=ctx.merchant_id, customer_id=ctx.customer_id, reference=reference, lines=lines
     )
 
 
-def order_of_customer(*, merchant_id: int, customer_id: int, reference: str) -> Order:
+def order_of_customer(
+    *, merchant_id: int, customer_id: int, reference: str, lines: bool = True
+) -> Order:
     """``customer_order`` without a tool context (the refund pre-check asks it before the gate).
 
     Another merchant's order reads exactly like no order at all: a run learns nothing about
     other tenants from the answer.
     """
-    order = selectors.order_get(merchant_id=merchant_id, reference=reference)
+    order = selectors.order_get(merchant_id=merchant_id, reference=reference, lines=lines)
     if order is None:
         raise ToolError(f"no order '{reference.strip()}' for this merchant")
     if order.customer_id != customer_id:

@@ -21,7 +21,7 @@ MAX_TAGS = 8
 
 @domain_errors
 def tag_ticket(ctx: ToolContext, args: dict[str, Any]) -> ToolOutcome:
-    ticket = run_ticket(ctx, args["reference"])
+    ticket = run_ticket(ctx, args["reference"], thread=False)  # the write locks and reads it
     change = services.ticket_tag(ticket=ticket, tags=args["tags"])
     return outcome(
         {
@@ -35,7 +35,7 @@ def tag_ticket(ctx: ToolContext, args: dict[str, Any]) -> ToolOutcome:
 
 @domain_errors
 def set_priority(ctx: ToolContext, args: dict[str, Any]) -> ToolOutcome:
-    ticket = run_ticket(ctx, args["reference"])
+    ticket = run_ticket(ctx, args["reference"], thread=False)  # the write locks and reads it
     change = services.ticket_set_priority(ticket=ticket, priority=args["priority"])
     return outcome(
         {
@@ -49,7 +49,7 @@ def set_priority(ctx: ToolContext, args: dict[str, Any]) -> ToolOutcome:
 
 @domain_errors
 def set_ticket_status(ctx: ToolContext, args: dict[str, Any]) -> ToolOutcome:
-    ticket = run_ticket(ctx, args["reference"])
+    ticket = run_ticket(ctx, args["reference"], thread=False)  # the write locks and reads it
     change = services.ticket_set_status(ticket=ticket, status=args["status"])
     return outcome(
         {"reference": ticket.reference, "changed": change.changed, "status": change.ticket.status},
@@ -59,7 +59,7 @@ def set_ticket_status(ctx: ToolContext, args: dict[str, Any]) -> ToolOutcome:
 
 @domain_errors
 def assign_ticket(ctx: ToolContext, args: dict[str, Any]) -> ToolOutcome:
-    ticket = run_ticket(ctx, args["reference"])
+    ticket = run_ticket(ctx, args["reference"], thread=False)  # the write locks and reads it
     email = args["assignee_email"].strip()
     # Looked up among this merchant's members only: a person elsewhere is "no one".
     assignee = (

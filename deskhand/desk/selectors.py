@@ -32,13 +32,17 @@ def _normal_reference(reference: str) -> str:
     return reference.strip().lstrip("#").strip()
 
 
-def ticket_get(*, merchant_id: int, reference: str) -> Ticket | None:
-    """A ticket with its customer, assignee and whole thread (notes included)."""
+def ticket_get(*, merchant_id: int, reference: str, thread: bool = True) -> Ticket | None:
+    """A ticket with its customer, assignee and whole thread (notes included). ``thread``
+    False: the ticket's own row alone (a caller that only names it, as the ticket writes do:
+    two queries fewer)."""
+    found = Ticket.objects.filter(
+        merchant_id=merchant_id, reference__iexact=_normal_reference(reference)
+    )
+    if not thread:
+        return found.first()
     return (
-        Ticket.objects.filter(
-            merchant_id=merchant_id, reference__iexact=_normal_reference(reference)
-        )
-        .select_related("customer", "assignee")
+        found.select_related("customer", "assignee")
         .prefetch_related(
             Prefetch("messages", queryset=TicketMessage.objects.order_by("created_at", "id"))
         )
@@ -46,13 +50,16 @@ def ticket_get(*, merchant_id: int, reference: str) -> Ticket | None:
     )
 
 
-def order_get(*, merchant_id: int, reference: str) -> Order | None:
-    """An order with its customer, items and refunds."""
+def order_get(*, merchant_id: int, reference: str, lines: bool = True) -> Order | None:
+    """An order with its customer, items and refunds. ``lines`` False: the order's own row
+    alone (a caller that checks whose it is and what it totals: two queries fewer)."""
+    found = Order.objects.filter(
+        merchant_id=merchant_id, reference__iexact=_normal_reference(reference)
+    )
+    if not lines:
+        return found.first()
     return (
-        Order.objects.filter(
-            merchant_id=merchant_id, reference__iexact=_normal_reference(reference)
-        )
-        .select_related("customer")
+        found.select_related("customer")
         .prefetch_related(
             "items", Prefetch("refunds", queryset=Refund.objects.order_by("created_at", "id"))
         )

@@ -46,6 +46,7 @@ from deskhand.desk.models import (
     TicketStatus,
 )
 from deskhand.desk.money import format_cents
+from deskhand.desk.rows import row_by_pk
 
 TAG_MAX_CHARS = 40  # Ticket.tags' element width.
 SUBJECT_MAX_CHARS = 200  # OutboundEmail.subject's width.
@@ -120,8 +121,8 @@ def refund_issue(
     if not reason:
         raise DomainError("a refund needs a reason")
 
-    merchant = Merchant.objects.select_for_update().get(pk=order.merchant_id)
-    order = Order.objects.select_for_update().get(pk=order.pk)
+    merchant = row_by_pk(Merchant, order.merchant_id, lock=True)
+    order = row_by_pk(Order, order.pk, lock=True)
 
     def money(cents: int) -> str:
         return format_cents(cents, order.currency)
@@ -354,9 +355,7 @@ def email_check(*, subject: str, body: str) -> tuple[str, str]:
 
 
 def _locked(ticket: Ticket) -> Ticket:
-    return (
-        Ticket.objects.select_for_update(of=("self",)).select_related("assignee").get(pk=ticket.pk)
-    )
+    return row_by_pk(Ticket, ticket.pk, related=("assignee",), lock=True)
 
 
 def _clean_tags(tags: Sequence[str]) -> list[str]:

@@ -175,3 +175,54 @@ def test_bench_peers_quick_json_ends_with_each_systems_figures(transactional_db)
     # Which tables an NW-1 run writes: its step rows among them.
     assert peers["deskhand"]["tables"]["public.agent_step"]["ins"] > 0
     assert "rows written per NW-1 run, by table" in proc.stdout
+
+
+@pytest.mark.slow
+def test_bench_loop_measures_deskhands_own_work_per_step_and_its_profile(
+    transactional_db, tmp_path
+):
+    """``--loop``: the figure ``agent_cpu_per_step_ms`` is made of, alone, with its per-step
+    table and (``--profile``) a cProfile file pstats can read."""
+    import pstats
+
+    env = {**os.environ, "DATABASE_URL": test_database_url(), "PYTHONUNBUFFERED": "1"}
+    profile = tmp_path / "loop.prof"
+    proc = subprocess.run(
+        [
+            *(sys.executable, "manage.py", "bench", "--loop", "--quick", "--json"),
+            *("--runs", "1", "--profile", str(profile)),
+        ],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    loop = json.loads(proc.stdout.strip().splitlines()[-1])["loop"]
+    assert loop["runs"] == 1 and loop["profiled"] is True
+    assert loop["agent_cpu_per_step_ms"] > 0 and loop["wall_per_step_ms"] > 0
+    # Six model turns and six tool calls a run, each counted under its step name.
+    assert loop["steps"]["model"]["calls"] == 6.0 and loop["steps"]["tool.*"]["calls"] == 6.0
+    assert "ms CPU per step (target ≤ 4)" in proc.stdout
+    assert pstats.Stats(str(profile)).total_calls > 0
+
+
+@pytest.mark.parametrize(
+    ("args", "why"),
+    [
+        (["--profile", "x.prof"], "--profile profiles the loop alone"),
+        (["--loop", "--peers"], "--loop and --peers are two different runs"),
+    ],
+)
+def test_bench_loop_refuses_what_it_cannot_do_with_a_sentence(args, why):
+    proc = subprocess.run(
+        [sys.executable, "manage.py", "bench", *args],
+        cwd=ROOT,
+        env=dict(os.environ),  # refused before any database is reached
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode != 0
+    assert why in proc.stderr + proc.stdout

@@ -242,3 +242,38 @@ def breakdown(n: int, start: int) -> dict[str, Any]:
         },
         "writes": {k: round(v / n, 1) for k, v in sorted(tally.writes.items())},
     }
+
+
+def loop_figures(runs: int, profile: str | None = None) -> dict[str, Any]:
+    """``bench --loop``: Deskhand's own work per step, alone — ``runs`` NW-1 shaped runs on
+    ``MemoryRuntime`` after one warm-up run, no executor in the process (so no background
+    polls in the figure), medians per step; then the per-step breakdown over two more runs.
+    ``profile``: cProfile the measured runs (every thread) into that pstats file."""
+    import os
+
+    from tests.devtools.bench.probes import median
+
+    memory_runs(1, start=800_000)  # imports, prepared statements, the prompt version row
+    profiler = None
+    if profile:
+        import cProfile
+
+        # The process's CPU clock, not the wall's: time waiting on Postgres is not ours.
+        profiler = cProfile.Profile(time.process_time)
+        profiler.enable()
+    try:
+        got = memory_runs(runs, start=800_001)
+    finally:
+        if profiler is not None:
+            profiler.disable()
+            profiler.dump_stats(profile)
+    if set(got["statuses"]) != {"succeeded"}:
+        raise RuntimeError(f"an NW-1 shaped run did not complete: {got['statuses']}")
+    return {
+        "agent_cpu_per_step_ms": round(median(got["cpu_s"]) * 1000 / STEPS, 3),
+        "wall_per_step_ms": round(median(got["wall_s"]) * 1000 / STEPS, 3),
+        "runs": runs,
+        "profiled": bool(profile),
+        "load": round(os.getloadavg()[0], 1),
+        "steps": breakdown(2, start=800_001 + runs)["steps"],
+    }

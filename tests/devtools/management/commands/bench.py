@@ -124,6 +124,18 @@ class Command(DeskhandCommand):
         parser.add_argument(
             "--rounds", type=int, default=None, help="interleaved rounds for --peers (at least 5)"
         )
+        parser.add_argument(
+            "--loop",
+            action="store_true",
+            help="only Deskhand's own work per step: NW-1 shaped runs on MemoryRuntime"
+            " (--runs of them, 5 with --quick, else 20), no executor",
+        )
+        parser.add_argument(
+            "--profile",
+            default=None,
+            metavar="FILE",
+            help="with --loop: write cProfile statistics of the runs to FILE (pstats)",
+        )
         parser.add_argument("--keep", action="store_true", help="keep the scratch database")
 
     def handle(self, *args: Any, **opts: Any) -> None:
@@ -139,6 +151,10 @@ class Command(DeskhandCommand):
                 plan[key] = opts[key]
         if opts["rounds"] is not None and opts["rounds"] < 1:
             raise UsageError("--rounds must be at least 1.")
+        if opts["profile"] and not opts["loop"]:
+            raise UsageError("--profile profiles the loop alone: give it with --loop.")
+        if opts["loop"] and opts["peers"]:
+            raise UsageError("--loop and --peers are two different runs: give one of them.")
         self.opts, self.plan = opts, plan
         logging.getLogger("dbos").setLevel(logging.ERROR)
         logging.getLogger("deskhand.events").setLevel(logging.WARNING)
@@ -198,8 +214,8 @@ class Command(DeskhandCommand):
             for path in write(results, Path(settings.BASE_DIR) / "docs", command):
                 self.stdout.write(f"wrote {path.relative_to(settings.BASE_DIR)}")
         if opts["json"]:
-            # With --peers the last line is the comparison alone, for a script to read.
-            last = {"peers": results["peers"]} if "peers" in results else results
+            # With --peers (--loop) the last line is the comparison (the loop) alone, for a script.
+            last = next(({k: results[k]} for k in ("peers", "loop") if k in results), results)
             self.stdout.write(json.dumps(last, default=str))
 
     @contextmanager
@@ -294,6 +310,12 @@ class Command(DeskhandCommand):
             from tests.devtools.bench.peer_workloads import register_dbos
 
             register_dbos(conninfo)
+        if self.opts["loop"]:
+            from tests.devtools.bench.nw1 import loop_figures
+
+            runs = self.opts["runs"] or (5 if self.opts["quick"] else 20)
+            out["loop"] = loop_figures(runs, profile=self.opts["profile"])
+            return out
         install_override("*", LoadProvider())
         executor_id = f"bench-{scratch[-8:]}"
         # The executor holds its id's lease, as a worker does: without it the parking crew's
@@ -405,6 +427,20 @@ class Command(DeskhandCommand):
             out[system]["crash_refunds"] = refunds
         return out
 
+    def _print_loop(self, loop: dict[str, Any]) -> None:
+        w = self.stdout.write
+        w(
+            f"NW-1 shaped loop on MemoryRuntime, {loop['runs']} runs (median):"
+            f" {loop['agent_cpu_per_step_ms']} ms CPU per step (target ≤ 4),"
+            f" {loop['wall_per_step_ms']} ms wall; load {loop['load']}"
+        )
+        w(f"{'step (per run)':<16}{'calls':>7}{'cpu ms':>9}{'stmts':>7}{'xacts':>7}{'writing':>9}")
+        for name, f in loop["steps"].items():
+            w(
+                f"{name:<16}{f['calls']:>7}{f['cpu_ms']:>9}{f['statements']:>7}"
+                f"{f['transactions']:>7}{f['writing']:>9}"
+            )
+
     def _print_peers(self, peers: dict[str, Any]) -> None:
         w = self.stdout.write
         keys = (
@@ -448,6 +484,9 @@ class Command(DeskhandCommand):
         w(f"load {m['load_1m']} → {r.get('load_end')} · {r.get('wall_s')} s · plan {r['plan']}")
         if "peers" in r:
             self._print_peers(r["peers"])
+            return
+        if "loop" in r:
+            self._print_loop(r["loop"])
             return
         if "model_calls" in r:
             mc = r["model_calls"]
