@@ -31,6 +31,16 @@ def _ended(run_id: Any) -> bool:
     return not Run.objects.filter(pk=run_id, status__in=OPEN_STATUSES).exists()
 
 
+def statuses(run_ids: list[Any]) -> dict[str, int]:
+    """How many of ``run_ids`` are in each status."""
+    from django.db.models import Count
+
+    from agent.models import Run
+
+    rows = Run.objects.filter(pk__in=run_ids).values("status").annotate(n=Count("pk"))
+    return {r["status"]: r["n"] for r in rows}
+
+
 def wake(run_ids: list[Any]) -> tuple[list[float], list[float]]:
     """The customer's answer stored → the run's ``recv`` returned, and → its next step
     (``customer.read``, which finds the answer) committed; DBOS's step clock, one run at a time.

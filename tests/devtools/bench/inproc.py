@@ -364,10 +364,11 @@ class InProcess:
             with GcClock() as settle_gc:
                 settled = settle(cpu_seconds, min(window, 5.0), timeout=max(120.0, level * 0.05))
             cpu, commits, gc_clock = self._idle(window)
+            woken = parked_ids[:wake]
             if on_customers:
-                wakes, steps = customers.wake(parked_ids[:wake])
+                wakes, steps = customers.wake(woken)
             else:
-                wakes, steps = self._wake(parked_ids[:wake], owners()), []
+                wakes, steps = self._wake(woken, owners()), []
             parked_ids = parked_ids[wake:]
             point = {
                 "parked": level,
@@ -386,6 +387,7 @@ class InProcess:
                 "wakes": len(wakes),
             }
             if on_customers:
+                point["woken_statuses"] = customers.statuses(woken)
                 point["next_step_p50_ms"] = round(median(steps) * 1000, 1) if steps else None
                 point["next_step_p95_ms"] = round(pct(steps, 95) * 1000, 1) if steps else None
             series.append(point)
@@ -410,6 +412,7 @@ class InProcess:
             self.out["customer_release_s"] = round(
                 customers.release(parked_ids, timeout=max(300.0, len(parked_ids) * 0.5)), 1
             )
+            self.out["customer_left_waiting"] = customers.parked_count(parked_ids)
             return
         self.out.update(
             parked_runs=top["parked"],

@@ -6,7 +6,8 @@ First an in-process executor, configured as ``manage.py worker`` runs it, measur
 floor (one INSERT + COMMIT), a bare DBOS step and an agent step, one NW-2 run, pickup
 latency, then (through a real ``manage.py web`` on a free port) a help-desk webhook →
 ticket stored and ``POST /api/v1/runs`` → first step, direct vs queued throughput and
-parked runs at several counts; then real worker processes measure one and two workers' throughput, SIGKILL to resume and takeover.
+parked runs at several counts (with ``--customers``, first the same counts parked on a
+customer's answer, then on approvals); then real worker processes measure one and two workers' throughput, SIGKILL to resume and takeover.
 It prints figures beside the floor, never pass/fail; ``--json`` makes the last line one
 JSON object; ``--write-docs`` rewrites docs/benchmarks.md and its chart, and without it
 nothing in the tree is touched. Definitions: docs/benchmarks.md.
