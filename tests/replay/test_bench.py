@@ -138,6 +138,76 @@ def test_bench_quick_json_measures_every_figure_and_leaves_no_database_or_file(
     assert after.stdout == status.stdout
 
 
+CUSTOMER_FIELDS = (
+    "customer_parked_runs",
+    "customer_parked_threads",
+    "customer_parked_rss_mb",
+    "customer_parked_idle_cpu_pct",
+    "customer_wake_p95_ms",
+    "customer_reply_to_next_step_p50_ms",
+    "customer_reply_to_next_step_p95_ms",
+    "customer_over_approval_cpu_top",
+    "parked_idle_cpu_pct",
+    "approval_wake_p95_ms",
+)
+
+
+@pytest.mark.slow
+def test_bench_customers_parks_on_customers_and_approvals_and_each_answer_wakes_its_run(
+    transactional_db,
+):
+    """Issue 27's bench point at a test-only size: runs parked on a customer's answer,
+    parked by a worker process and held by the bench's executor, beside runs parked on
+    approvals in the same run; each answer stored wakes its run, which then finishes."""
+    env = {**os.environ, "DATABASE_URL": test_database_url(), "PYTHONUNBUFFERED": "1"}
+    proc = subprocess.run(
+        [
+            *(sys.executable, "manage.py", "bench", "--quick", "--json", "--customers"),
+            *("--parked", "20", "--wake", "5", "--park-workers", "1", "--no-fleet"),
+            *("--samples", "20", "--runs", "3", "--pickup", "3", "--api", "2", "--window", "1"),
+        ],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=280,
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "Traceback" not in proc.stderr
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    for field in CUSTOMER_FIELDS:
+        assert isinstance(result.get(field), int | float), (field, result.get(field))
+    assert result["customer_parked_runs"] == result["parked_runs"] == 20
+    [level] = result["customer_parked_series"]
+    # Every woken run woke on its answer: its recv returned, then its next step committed.
+    assert level["wakes"] == 5 and level["woken_statuses"] == {"succeeded": 5}
+    assert 0 < level["wake_p95_ms"] <= level["next_step_p95_ms"] < 30_000
+    assert len(result["customer_crew_handover_s"]) == 1
+    # The other 15 were answered before the approval series, and none waits any more.
+    assert result["customer_release_s"] > 0 and result["customer_left_waiting"] == 0
+    assert "parked on customers     20:" in proc.stdout
+    assert "customers ÷ parked on approvals" in proc.stdout
+    _scratch_dropped(result["scratch_database"])
+
+
+def _scratch_dropped(scratch: str) -> None:
+    """The bench dropped its scratch database at the end."""
+    sd = connections["default"].settings_dict
+    server = {
+        k: v
+        for k, v in {
+            "host": sd.get("HOST"),
+            "port": sd.get("PORT"),
+            "user": sd.get("USER"),
+            "password": sd.get("PASSWORD"),
+        }.items()
+        if v
+    }
+    with psycopg.connect(**server, dbname=sd["NAME"]) as conn:
+        left = conn.execute("SELECT count(*) FROM pg_database WHERE datname = %s", [scratch])
+        assert left.fetchone()[0] == 0
+
+
 PEER_FIELDS = (
     "durable_cpu_per_step_ms",
     "commits_per_run",

@@ -289,25 +289,35 @@ class InProcess:
             row = c.execute("SELECT pg_current_xact_id()::text::bigint").fetchone()
             return int(row[0]) if row else 0
 
-    def parked(self, levels: list[int], wake: int, window: float, crew: Any = None) -> None:
+    def parked(
+        self, levels: list[int], wake: int, window: float, crew: Any = None, kind: str = "approval"
+    ) -> None:
         """Park runs up to each level; at each, measure what holding them costs and wake a few.
 
-        With a ``crew`` (``tests.devtools.bench.fleet.ParkingCrew``), worker processes park the runs
-        and this executor then recovers them all; without one, this process starts each.
+        ``kind`` is what they wait on: ``approval`` (the gate) or ``customer`` (an answer to
+        ``ask_customer``; ``tests.devtools.bench.customers``), whose figures are prefixed
+        ``customer_``. With a ``crew`` (``tests.devtools.bench.fleet.ParkingCrew``), worker
+        processes park the runs and this executor then recovers them all; without one, this
+        process starts each.
         """
         from agent.run.services import run_create, run_start
         from approvals.models import Approval
-        from tests.devtools.load.world import load_world, owners
+        from tests.devtools.bench import customers
+        from tests.devtools.load.world import ask_world, load_world, owners
 
-        who = owners()
+        on_customers = kind == "customer"
         series = []
         made = 0
         parked_ids: list[Any] = []
         for level in levels:
             want = level - len(parked_ids)
-            self.progress.phase(f"parking runs: {len(parked_ids)} → {level}")
+            self.progress.phase(f"parking runs on {kind}s: {len(parked_ids)} → {level}")
             if want > 0:
-                tickets = load_world(want, start=100_000 + made)
+                if on_customers:
+                    tickets = ask_world(want, start=customers.STARTS + made)
+                else:
+                    tickets = load_world(want, start=100_000 + made)
+                who = owners()
                 made += want
                 t0 = time.perf_counter()
                 if crew is None:
@@ -319,6 +329,8 @@ class InProcess:
                     ]
 
                 def count(new: list[Any] = new) -> int:
+                    if on_customers:
+                        return customers.parked_count(new)
                     return Approval.objects.filter(
                         status="pending", run_id__in=new, run__status="awaiting_approval"
                     ).count()
@@ -333,12 +345,14 @@ class InProcess:
                     time.sleep(1.0)
                     done = now
                 else:
-                    raise RuntimeError(f"only {done} of {want} runs parked in time")
+                    raise RuntimeError(f"only {done} of {want} runs parked on {kind}s in time")
                 parked_ids += new
                 rate = want / (time.perf_counter() - t0)
                 if crew is not None:
                     self.progress.phase(f"recovering {want} parked runs from the parking crew")
-                    self.out.setdefault("crew_handover_s", []).append(
+                    self.out.setdefault(
+                        "customer_crew_handover_s" if on_customers else "crew_handover_s", []
+                    ).append(
                         round(
                             crew.hand_over(timeout=max(300.0, want * 0.2), held=len(parked_ids)), 1
                         )
@@ -350,7 +364,11 @@ class InProcess:
             with GcClock() as settle_gc:
                 settled = settle(cpu_seconds, min(window, 5.0), timeout=max(120.0, level * 0.05))
             cpu, commits, gc_clock = self._idle(window)
-            wakes = self._wake(parked_ids[:wake], who)
+            woken = parked_ids[:wake]
+            if on_customers:
+                wakes, steps = customers.wake(woken)
+            else:
+                wakes, steps = self._wake(woken, owners()), []
             parked_ids = parked_ids[wake:]
             point = {
                 "parked": level,
@@ -368,9 +386,34 @@ class InProcess:
                 "wake_p95_ms": round(pct(wakes, 95) * 1000, 1) if wakes else None,
                 "wakes": len(wakes),
             }
+            if on_customers:
+                point["woken_statuses"] = customers.statuses(woken)
+                point["next_step_p50_ms"] = round(median(steps) * 1000, 1) if steps else None
+                point["next_step_p95_ms"] = round(pct(steps, 95) * 1000, 1) if steps else None
             series.append(point)
             self.progress.advance(2)
         top = series[-1]
+        if on_customers:
+            self.out.update(
+                customer_parked_runs=top["parked"],
+                customer_parked_threads=top["threads"],
+                customer_parked_rss_mb=top["rss_mb"],
+                customer_parked_idle_cpu_pct=top["idle_cpu_pct"],
+                customer_parked_idle_commits_per_s=top["idle_commits_per_s"],
+                customer_wake_p50_ms=top["wake_p50_ms"],
+                customer_wake_p95_ms=top["wake_p95_ms"],
+                customer_reply_to_next_step_p50_ms=top["next_step_p50_ms"],
+                customer_reply_to_next_step_p95_ms=top["next_step_p95_ms"],
+                customer_park_rate_per_s=series[0]["park_rate_per_s"],
+                customer_parked_series=series,
+            )
+            # The approval series that follows starts from an executor holding nothing.
+            self.progress.phase(f"answering the {len(parked_ids)} runs still parked on customers")
+            self.out["customer_release_s"] = round(
+                customers.release(parked_ids, timeout=max(300.0, len(parked_ids) * 0.5)), 1
+            )
+            self.out["customer_left_waiting"] = customers.parked_count(parked_ids)
+            return
         self.out.update(
             parked_runs=top["parked"],
             parked_threads=top["threads"],
@@ -382,6 +425,14 @@ class InProcess:
             park_rate_per_s=series[0]["park_rate_per_s"],
             parked_series=series,
         )
+        mine = self.out.get("customer_parked_series")
+        if mine:
+            # Level by level, customers over approvals (each measured on its own).
+            self.out["customer_over_approval_cpu"] = [
+                round(c["idle_cpu_pct"] / a["idle_cpu_pct"], 2) if a["idle_cpu_pct"] else None
+                for c, a in zip(mine, series, strict=False)
+            ]
+            self.out["customer_over_approval_cpu_top"] = self.out["customer_over_approval_cpu"][-1]
 
     def _wake(self, run_ids: list[Any], who: dict[int, Any]) -> list[float]:
         """Decide → the run's ``recv`` returned (DBOS's own clock), one run at a time."""

@@ -65,6 +65,14 @@ DEFINITIONS = [
         "The executor process with `parked_runs` waiting at the gate, once it has settled (two 5-s slices in a row under a tenth of a core: replays and the collection of what parking left belong to parking): OS threads, RSS, CPU over the idle window; `idle_gc_s` is the part of it spent in Python's garbage collector.",
     ),
     (
+        "customer_parked_threads / _rss_mb / _idle_cpu_pct",
+        "`bench --customers`: the same executor and levels, measured before the approval series, with `customer_parked_runs` waiting on a customer's answer (each asked `ask_customer`, approved by its merchant's rule, and waits in `DBOS.recv` on the ticket's topic); settled and averaged as above. `customer_over_approval_cpu`: its idle CPU ÷ the approval series' at the same level (both from the printed figures). The customer runs still waiting are answered (`customer_release_s`) before the approval series starts.",
+    ),
+    (
+        "customer_reply_to_next_step_p50/p95_ms",
+        "With `customer_parked_runs` waiting: the customer's answer stored (`thread_customer_message_add`, its commit and the routing after it included) → the run's next step (`customer.read`, which finds the answer) committed, DBOS's step clock, one run at a time. `customer_wake_p50/p95_ms`: → the run's `DBOS.recv` returned, as `approval_wake` times it.",
+    ),
+    (
         "worker_parked_threads / _rss_mb / _idle_cpu_pct",
         "A real `manage.py worker` holding every run the in-process phase left parked (`worker_parked_runs`, after the restart below, once two 5-s slices in a row used under a tenth of a core): OS threads, RSS, CPU over the idle window. Includes what the in-process figures leave out: the lease heartbeat, the takeover scan, the reconciler.",
     ),
@@ -93,6 +101,9 @@ TARGETS = [
     ("parked_threads", "≤", 64),
     ("parked_rss_mb", "≤", 512),
     ("parked_idle_cpu_pct", "≤", 5.0),
+    ("customer_parked_idle_cpu_pct", "≤", 5.0),
+    ("customer_over_approval_cpu_top", "≤", 1.25),
+    ("customer_reply_to_next_step_p95_ms", "≤", 50.0),
     ("worker_parked_threads", "≤", 64),
     ("worker_parked_rss_mb", "≤", 512),
     ("worker_parked_idle_cpu_pct", "≤", 5.0),
@@ -140,6 +151,35 @@ def chart(results: dict[str, Any], path: Path) -> bool:
 
 
 COST_PER_STEP = "## Cost per step"
+PARKED_ON_CUSTOMERS = "### Parked on customers"
+
+
+def customer_section(r: dict[str, Any]) -> list[str]:
+    """The customer-parked series beside the approval one (``bench --customers``)."""
+    series = r.get("customer_parked_series") or []
+    if not series:
+        return []
+    lines = [
+        "",
+        PARKED_ON_CUSTOMERS,
+        "",
+        "The same levels, measured first in the same run, with runs waiting on a customer's"
+        " answer instead of a decision; idle CPU ÷ the approval series' at that level beside it.",
+        "",
+        "| parked | park rate /s | threads | RSS MB | idle CPU % | ÷ approvals | idle commits/s"
+        " | answer → next step p50 ms | p95 ms | answer → recv p95 ms |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    ratios = r.get("customer_over_approval_cpu") or []
+    for i, p in enumerate(series):
+        ratio = ratios[i] if i < len(ratios) else "—"
+        lines.append(
+            f"| {p['parked']} | {p['park_rate_per_s']} | {p['threads']} | {p['rss_mb']} |"
+            f" {p['idle_cpu_pct']}{'' if p.get('settled', True) else ' (never settled)'} |"
+            f" {ratio} | {p['idle_commits_per_s']} | {p['next_step_p50_ms']} |"
+            f" {p['next_step_p95_ms']} | {p['wake_p95_ms']} |"
+        )
+    return lines
 
 
 def write(results: dict[str, Any], docs: Path, command: str) -> list[Path]:
@@ -188,7 +228,7 @@ def write(results: dict[str, Any], docs: Path, command: str) -> list[Path]:
         "| --- | --- |",
     ]
     for key, value in r.items():
-        if key in ("parked_series", "machine", "nw2_operations"):
+        if key in ("parked_series", "customer_parked_series", "machine", "nw2_operations"):
             continue
         lines.append(f"| `{key}` | {value} |")
     lines += [
@@ -215,6 +255,7 @@ def write(results: dict[str, Any], docs: Path, command: str) -> list[Path]:
             " takeover would; seconds from their SIGKILL until it held all of them, per level:"
             f" {r.get('crew_handover_s')}. The park rate counts all the parking processes.",
         ]
+    lines += customer_section(r)
     if drew:
         lines += ["", f"![Wake latency and idle cost against parked runs]({png.name})"]
     lines += ["", "## What each figure times", ""]

@@ -6,7 +6,8 @@ First an in-process executor, configured as ``manage.py worker`` runs it, measur
 floor (one INSERT + COMMIT), a bare DBOS step and an agent step, one NW-2 run, pickup
 latency, then (through a real ``manage.py web`` on a free port) a help-desk webhook →
 ticket stored and ``POST /api/v1/runs`` → first step, direct vs queued throughput and
-parked runs at several counts; then real worker processes measure one and two workers' throughput, SIGKILL to resume and takeover.
+parked runs at several counts (with ``--customers``, first the same counts parked on a
+customer's answer, then on approvals); then real worker processes measure one and two workers' throughput, SIGKILL to resume and takeover.
 It prints figures beside the floor, never pass/fail; ``--json`` makes the last line one
 JSON object; ``--write-docs`` rewrites docs/benchmarks.md and its chart, and without it
 nothing in the tree is touched. Definitions: docs/benchmarks.md.
@@ -79,6 +80,11 @@ class Command(DeskhandCommand):
             "--parked", default=None, metavar="N,N", help="parked-run counts to measure at"
         )
         parser.add_argument("--wake", type=int, default=None, help="runs woken per parked count")
+        parser.add_argument(
+            "--customers",
+            action="store_true",
+            help="also park the same counts on a customer's answer, measured before the approvals",
+        )
         parser.add_argument(
             "--samples", type=int, default=None, help="samples for the step figures"
         )
@@ -158,6 +164,8 @@ class Command(DeskhandCommand):
         self.opts, self.plan = opts, plan
         logging.getLogger("dbos").setLevel(logging.ERROR)
         logging.getLogger("deskhand.events").setLevel(logging.WARNING)
+        # A line per stored customer message (``--customers`` stores thousands).
+        logging.getLogger("agent.customer.route").setLevel(logging.WARNING)
         base = connections["default"].settings_dict
         if base["ENGINE"] == "deskhand.embedded_db":
             from deskhand import embedded_pg
@@ -278,9 +286,9 @@ class Command(DeskhandCommand):
 
         plan = self.plan
         fleet_work = 0 if self.opts["no_fleet"] else 33
-        progress = Progress(
-            15 + 4 + 8 + 2 + sum(plan["parked"]) / 200 + 2 * len(plan["parked"]) + fleet_work
-        )
+        parked_work = sum(plan["parked"]) / 200 + 2 * len(plan["parked"])
+        kinds = 2 if self.opts["customers"] else 1
+        progress = Progress(15 + 4 + 8 + 2 + kinds * parked_work + fleet_work)
         with connections["default"].cursor() as cur:
             cur.execute("SHOW server_version")
             pg = f"Postgres {cur.fetchone()[0]}"
@@ -357,12 +365,16 @@ class Command(DeskhandCommand):
                 crew = ParkingCrew(parkers, self.opts["park_workers"], holder=executor_id)
                 out["park_workers"] = self.opts["park_workers"]
             try:
-                inproc.parked(
-                    plan["parked"],
-                    plan["wake"],
-                    window=self._idle_window(),
-                    crew=crew,
-                )
+                # Customers first: they are all answered before the approval series, whose
+                # runs the fleet phase below restarts with.
+                for kind in ("customer", "approval")[2 - kinds :]:
+                    inproc.parked(
+                        plan["parked"],
+                        plan["wake"],
+                        window=self._idle_window(),
+                        crew=crew,
+                        kind=kind,
+                    )
             finally:
                 if crew is not None:
                     crew.stop()
@@ -554,6 +566,20 @@ class Command(DeskhandCommand):
                 f" collector {p['idle_gc_s']} s of the window"
                 + ("" if p["settled"] else "; never settled")
                 + ")"
+            )
+        for p in r.get("customer_parked_series", []):
+            w(
+                f"parked on customers {p['parked']:>6}: {p['threads']} threads, {p['rss_mb']} MB,"
+                f" idle {p['idle_cpu_pct']}% CPU, {p['idle_commits_per_s']} commits/s; answer"
+                f" stored → next step p50 {p['next_step_p50_ms']} ms p95 {p['next_step_p95_ms']} ms"
+                f" (→ recv returned p95 {p['wake_p95_ms']} ms; parked at {p['park_rate_per_s']}/s"
+                + ("" if p["settled"] else "; never settled")
+                + ")"
+            )
+        if r.get("customer_over_approval_cpu"):
+            w(
+                "idle CPU, parked on customers ÷ parked on approvals, level by level:"
+                f" {r['customer_over_approval_cpu']}"
             )
         if r.get("runs_per_s_1_worker") is not None:
             w(
