@@ -15,6 +15,7 @@ import pytest
 from django.db import connections
 
 from tests.fixtures.dbos import ROOT, test_database_url
+from tests.support.processes import run_all_or_kill
 
 pytestmark = pytest.mark.crash  # its fleet phase SIGKILLs worker processes
 
@@ -59,7 +60,7 @@ def test_bench_quick_json_measures_every_figure_and_leaves_no_database_or_file(
         "DESKHAND_TAKEOVER_SCAN_SEC": "0.5",
         "DESKHAND_HEARTBEAT_SEC": "0.5",
     }
-    proc = subprocess.run(
+    proc = run_all_or_kill(
         [
             sys.executable,
             "manage.py",
@@ -85,8 +86,6 @@ def test_bench_quick_json_measures_every_figure_and_leaves_no_database_or_file(
         ],
         cwd=ROOT,
         env=env,
-        capture_output=True,
-        text=True,
         timeout=400,
     )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
@@ -160,7 +159,7 @@ def test_bench_customers_parks_on_customers_and_approvals_and_each_answer_wakes_
     parked by a worker process and held by the bench's executor, beside runs parked on
     approvals in the same run; each answer stored wakes its run, which then finishes."""
     env = {**os.environ, "DATABASE_URL": test_database_url(), "PYTHONUNBUFFERED": "1"}
-    proc = subprocess.run(
+    proc = run_all_or_kill(
         [
             *(sys.executable, "manage.py", "bench", "--quick", "--json", "--customers"),
             *("--parked", "20", "--wake", "5", "--park-workers", "1", "--no-fleet"),
@@ -168,8 +167,6 @@ def test_bench_customers_parks_on_customers_and_approvals_and_each_answer_wakes_
         ],
         cwd=ROOT,
         env=env,
-        capture_output=True,
-        text=True,
         timeout=280,
     )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
@@ -221,15 +218,13 @@ PEER_FIELDS = (
 @pytest.mark.timeout(900)  # three systems, a crash test each: about 4 minutes on a quiet machine
 def test_bench_peers_quick_json_ends_with_each_systems_figures(transactional_db):
     env = {**os.environ, "DATABASE_URL": test_database_url(), "PYTHONUNBUFFERED": "1"}
-    proc = subprocess.run(
+    proc = run_all_or_kill(
         [
             *(sys.executable, "manage.py", "bench", "--peers", "--quick", "--json"),
             *("--rounds", "1", "--parked", "3", "--wake", "2"),
         ],
         cwd=ROOT,
         env=env,
-        capture_output=True,
-        text=True,
         timeout=600,
     )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
@@ -257,15 +252,13 @@ def test_bench_loop_measures_deskhands_own_work_per_step_and_its_profile(
 
     env = {**os.environ, "DATABASE_URL": test_database_url(), "PYTHONUNBUFFERED": "1"}
     profile = tmp_path / "loop.prof"
-    proc = subprocess.run(
+    proc = run_all_or_kill(
         [
             *(sys.executable, "manage.py", "bench", "--loop", "--quick", "--json"),
             *("--runs", "1", "--profile", str(profile)),
         ],
         cwd=ROOT,
         env=env,
-        capture_output=True,
-        text=True,
         timeout=300,
     )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
@@ -286,12 +279,10 @@ def test_bench_loop_measures_deskhands_own_work_per_step_and_its_profile(
     ],
 )
 def test_bench_loop_refuses_what_it_cannot_do_with_a_sentence(args, why):
-    proc = subprocess.run(
+    proc = run_all_or_kill(
         [sys.executable, "manage.py", "bench", *args],
         cwd=ROOT,
         env=dict(os.environ),  # refused before any database is reached
-        capture_output=True,
-        text=True,
         timeout=120,
     )
     assert proc.returncode != 0
