@@ -34,7 +34,7 @@ from agent.run.services import RunRefused, run_start
 from approvals.models import AuditEvent, Channel
 from deskhand.dbos import client as dbos_client
 from deskhand.desk.models import AutoRuns, MessageDirection, MessageKind, TicketMessage
-from deskhand.desk.services import merchant_day_start
+from deskhand.desk.services import customer_messages_sent_today
 
 log = logging.getLogger(__name__)
 
@@ -79,11 +79,7 @@ def customer_message_route(message: TicketMessage) -> str:
         return f"{merchant.name} opens runs on new tickets only: none opened"
     if AuditEvent.objects.filter(action="run.start", detail__customer_message=message.pk).exists():
         return "a run was already opened for this message"
-    sent_today = TicketMessage.objects.filter(
-        ticket=ticket,
-        direction=MessageDirection.OUTBOUND,
-        created_at__gte=merchant_day_start(merchant),
-    ).count()
+    sent_today = customer_messages_sent_today(ticket)
     if sent_today >= merchant.max_customer_messages_per_day:
         return (
             f"{ticket.reference}'s customer was already sent {sent_today} messages today, "

@@ -234,17 +234,7 @@ def _log_again(
     with connection.cursor() as cur:
         cur.execute(
             _TOTALS_AND_NOTIFY,
-            [
-                1 if created else 0,
-                values["input_tokens"],
-                values["output_tokens"],
-                values["cache_read_tokens"],
-                values["cache_write_tokens"],
-                values["cost_micros"],
-                prompt_version or None,
-                run_id,
-                f"{run_id}:{step.seq}",
-            ],
+            [*_totals(values, created, prompt_version), f"{run_id}:{step.seq}"],
         )
     _emit(step, payload.late, values)
     return step
@@ -268,14 +258,28 @@ def _emit(step: Step, late: bool, values: Mapping[str, Any]) -> None:
     )
 
 
-_TOTALS_AND_NOTIFY = """
-UPDATE agent_run SET steps = steps + %s, input_tokens = input_tokens + %s,
+# The run's totals after a step row: its parameters are ``_totals(...)``. Shared by the
+# re-executed step's statement below and the fresh row's (``_FRESH``).
+_RUN_TOTALS = """UPDATE agent_run SET steps = steps + %s, input_tokens = input_tokens + %s,
   output_tokens = output_tokens + %s, cache_read_tokens = cache_read_tokens + %s,
   cache_write_tokens = cache_write_tokens + %s, cost_micros = cost_micros + %s,
   prompt_version_id = COALESCE(%s, prompt_version_id)
-WHERE id = %s;
-SELECT pg_notify('deskhand_steps', %s)
-"""
+WHERE id = %s"""
+
+_TOTALS_AND_NOTIFY = f"{_RUN_TOTALS};\nSELECT pg_notify('deskhand_steps', %s)"
+
+
+def _totals(values: Mapping[str, Any], new_row: bool, prompt_version: str) -> list[Any]:
+    return [
+        1 if new_row else 0,
+        values["input_tokens"],
+        values["output_tokens"],
+        values["cache_read_tokens"],
+        values["cache_write_tokens"],
+        values["cost_micros"],
+        prompt_version or None,
+        values["run_id"],
+    ]
 
 
 def _step_at(run_id: str, seq: int) -> Step | None:
@@ -299,7 +303,8 @@ def _statements() -> tuple[str, str, list[Any]]:
         columns = ", ".join(connection.ops.quote_name(str(f.column)) for f in fields)
         marks = ", ".join(["%s"] * len(fields))
         insert = f"INSERT INTO {Step._meta.db_table} ({columns}) VALUES ({marks})"
-        _INSERT = (f"{insert} RETURNING id", _FRESH.format(insert=insert), fields)
+        fresh = _FRESH.format(insert=insert, totals=_RUN_TOTALS)
+        _INSERT = (f"{insert} RETURNING id", fresh, fields)
     return _INSERT
 
 
@@ -307,13 +312,7 @@ def _statements() -> tuple[str, str, list[Any]]:
 # already at that seq makes the INSERT do nothing, and then nothing else happens either.
 _FRESH = """
 WITH ins AS ({insert} ON CONFLICT (run_id, seq) DO NOTHING RETURNING id),
-totals AS (
-  UPDATE agent_run SET steps = steps + 1, input_tokens = input_tokens + %s,
-    output_tokens = output_tokens + %s, cache_read_tokens = cache_read_tokens + %s,
-    cache_write_tokens = cache_write_tokens + %s, cost_micros = cost_micros + %s,
-    prompt_version_id = COALESCE(%s, prompt_version_id)
-  WHERE id = %s AND EXISTS (SELECT 1 FROM ins)
-)
+totals AS ({totals} AND EXISTS (SELECT 1 FROM ins))
 SELECT id, pg_notify('deskhand_steps', %s) FROM ins
 """
 
@@ -345,20 +344,13 @@ def _insert_fresh(*, prompt_version: str, **values: Any) -> Step | None:
     commit), in one round trip; ``None`` (and nothing written) when a row holds ``seq``."""
     _, sql, fields = _statements()
     step = Step(**values)
-    v = values
     with connection.cursor() as cur:
         cur.execute(
             sql,
             [
                 *_row_params(step, fields),
-                v["input_tokens"],
-                v["output_tokens"],
-                v["cache_read_tokens"],
-                v["cache_write_tokens"],
-                v["cost_micros"],
-                prompt_version or None,
-                v["run_id"],
-                f"{v['run_id']}:{v['seq']}",
+                *_totals(values, True, prompt_version),
+                f"{values['run_id']}:{values['seq']}",
             ],
         )
         row = cur.fetchone()

@@ -10,18 +10,30 @@ the related rows cached on the instance as ``select_related`` caches them.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Sequence
 from typing import Any
 
 from django.db import connections, models
 
-# (model, related, lock, alias) -> (SQL, one reader per model read: its class, its column
-# count, the converters of each column, and the foreign key it hangs off, if any)
-_Part = tuple[type[models.Model], int, list[tuple[Any, list[Callable[..., Any]]]], Any]
+
+@dataclasses.dataclass(frozen=True)
+class _Part:
+    """How to make one model's instance from its run of columns in the row: all of it worked
+    out when the statement is built, nothing per read."""
+
+    cls: type[models.Model]
+    attnames: list[str]
+    pk_index: int
+    converters: list[tuple[Any, list[Callable[..., Any]]]]  # each column's, the ORM's own
+    fk: Any  # the foreign key of the read model it hangs off; None for that model itself
+
+
+# (model, related, lock, alias) -> (SQL, one part per model read)
 _BUILT: dict[tuple[Any, ...], tuple[str, list[_Part]]] = {}
 
 
-def _columns(model: type[models.Model], alias: str, table: str) -> tuple[list[str], list[Any]]:
+def _part(model: type[models.Model], alias: str, table: str, fk: Any) -> tuple[list[str], _Part]:
     conn = connections[alias]
     fields = list(model._meta.concrete_fields)
     cols = [f"{table}.{conn.ops.quote_name(str(f.column))}" for f in fields]
@@ -29,11 +41,8 @@ def _columns(model: type[models.Model], alias: str, table: str) -> tuple[list[st
     for f in fields:
         col = f.get_col(table)
         converters.append((col, [*conn.ops.get_db_converters(col), *f.get_db_converters(conn)]))
-    return cols, converters
-
-
-def _pk_index(model: type[models.Model]) -> int:
-    return list(model._meta.concrete_fields).index(model._meta.pk)
+    attnames = [f.attname for f in fields]
+    return cols, _Part(model, attnames, fields.index(model._meta.pk), converters, fk)
 
 
 def _build(
@@ -41,8 +50,8 @@ def _build(
 ) -> tuple[str, list[_Part]]:
     conn = connections[alias]
     q = conn.ops.quote_name
-    cols, converters = _columns(model, alias, "t0")
-    parts: list[_Part] = [(model, len(cols), converters, None)]
+    cols, first = _part(model, alias, "t0", None)
+    parts = [first]
     joins = []
     for i, name in enumerate(related, start=1):
         fk = model._meta.get_field(name)
@@ -50,9 +59,9 @@ def _build(
             raise TypeError(f"{model.__name__}.{name} is not a foreign key")
         target = fk.related_model
         assert isinstance(target, type)
-        rcols, rconv = _columns(target, alias, f"t{i}")
+        rcols, part = _part(target, alias, f"t{i}", fk)
         cols += rcols
-        parts.append((target, len(rcols), rconv, fk))
+        parts.append(part)
         join = "LEFT JOIN" if fk.null else "JOIN"
         joins.append(
             f"{join} {q(target._meta.db_table)} t{i}"
@@ -90,18 +99,18 @@ def row_by_pk[M: models.Model](
     if row is None:
         raise model.DoesNotExist(f"no {model.__name__} {pk}")  # type: ignore[attr-defined]
     start, instances = 0, list[models.Model]()
-    for cls, n, converters, fk in parts:
-        values = list(row[start : start + n])
-        start += n
-        for i, (col, convs) in enumerate(converters):
+    for part in parts:
+        values = list(row[start : start + len(part.attnames)])
+        start += len(part.attnames)
+        if part.fk is not None and values[part.pk_index] is None:  # a key holding no row
+            part.fk.set_cached_value(instances[0], None)
+            continue
+        for i, (col, convs) in enumerate(part.converters):
             for convert in convs:
                 values[i] = convert(values[i], col, conn)
-        if fk is not None and row[start - n + _pk_index(cls)] is None:  # a key holding no row
-            fk.set_cached_value(instances[0], None)
-            continue
-        obj = cls.from_db(using, [f.attname for f in cls._meta.concrete_fields], values)
-        if fk is not None:
-            fk.set_cached_value(instances[0], obj)
+        obj = part.cls.from_db(using, part.attnames, values)
+        if part.fk is not None:
+            part.fk.set_cached_value(instances[0], obj)
         instances.append(obj)
     out = instances[0]
     assert isinstance(out, model)

@@ -284,6 +284,16 @@ def email_send(
 REPLY_BODY_CHARS = (10, 4000)
 
 
+def customer_messages_sent_today(ticket: Ticket) -> int:
+    """Messages sent to the ticket's customer since midnight on the merchant's clock: what
+    ``Merchant.max_customer_messages_per_day`` caps, for a reply and for an automatic run."""
+    return TicketMessage.objects.filter(
+        ticket=ticket,
+        direction=MessageDirection.OUTBOUND,
+        created_at__gte=merchant_day_start(ticket.merchant),
+    ).count()
+
+
 def customer_reply_check(*, ticket: Ticket, body: str) -> str:
     """The reply's body as the customer reads it (signed by the merchant), or why it cannot go.
 
@@ -295,11 +305,7 @@ def customer_reply_check(*, ticket: Ticket, body: str) -> str:
     if not low <= len(text) <= high:
         raise DomainError(f"a reply's body must be {low} to {high} characters")
     merchant = ticket.merchant
-    sent_today = TicketMessage.objects.filter(
-        ticket=ticket,
-        direction=MessageDirection.OUTBOUND,
-        created_at__gte=merchant_day_start(merchant),
-    ).count()
+    sent_today = customer_messages_sent_today(ticket)
     if sent_today >= merchant.max_customer_messages_per_day:
         raise DomainError(
             f"{ticket.reference}'s customer was already sent {sent_today} messages today, "
