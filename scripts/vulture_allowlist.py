@@ -18,6 +18,8 @@ _.ApiKeysConfig
 _.ready  # AppConfig.ready
 _.default_auto_field  # AppConfig
 _.adding  # Model._state.adding: Django reads it on save (agent.run.steplog._insert sets it)
+_._result_cache  # QuerySet: a prefetched relation's rows (deskhand.desk.rows.cache_related sets them)
+_._prefetch_done
 _.Command  # management commands: manage.py loads Command
 _.help
 _.requires_system_checks

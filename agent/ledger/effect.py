@@ -35,6 +35,7 @@ from agent.tools import ToolError, args_hash, get_tool
 from agent.tools.execute import not_performed, tool_context
 from approvals.models import Approval, ApprovalStatus
 from deskhand import events
+from deskhand.desk.rows import row_by_pk, rows_where
 
 
 def ledger_key(root: Run, call_id: str, digest: str) -> str:
@@ -76,16 +77,12 @@ def execute_irreversible(
     with transaction.atomic():
         # The run's row lock first: a cancel takes the same lock, so an effect and a
         # cancel are serialised. Whichever commits first, the other sees it.
-        run = (
-            Run.objects.select_for_update(of=("self",))
-            .select_related("ticket", "merchant")
-            .get(pk=run_id)
-        )
+        run = row_by_pk(Run, run_id, related=("ticket", "merchant"), lock=True)
         root = run.root()  # walks the fork chain: once per call, not once per use
         if root.pk != run.pk:
             # The lineage's lock: two runs of one lineage never decide "already made?" at once.
             list(Run.objects.select_for_update().filter(pk=root.pk).values_list("pk", flat=True))
-        approval = Approval.objects.select_for_update().get(pk=approval_id)
+        approval = row_by_pk(Approval, approval_id, lock=True)
         if (
             approval.status != ApprovalStatus.APPROVED
             or str(approval.run_id) != run_id
@@ -108,9 +105,10 @@ def execute_irreversible(
         key = ledger_key(root, call_id, done_digest)
         # This call's own claim (a re-execution after a crash between commit and checkpoint),
         # else the same effect made anywhere in the lineage since the lookup.
-        entry = LedgerEntry.objects.select_for_update().filter(key=key).first() or lineage.lookup(
-            run, performed, root
+        own_claim = rows_where(
+            LedgerEntry, 't0."key" = %s', (key,), order_by='t0."id"', limit=1, lock=True
         )
+        entry = own_claim[0] if own_claim else lineage.lookup(run, performed, root)
         if not run.is_active and entry is None:
             # Nothing new happens on a run being cancelled or ended. A claim already made
             # is still answered from the ledger below: it performs nothing, it reports what was done.
@@ -212,7 +210,7 @@ def ledger_lookup(run_id: str, call: dict[str, Any]) -> dict[str, Any] | None:
     naming the run that made it. ``same_args`` is always true now (a proposal that merely
     differs is a new effect, never a mismatch); it stays for checkpoints recorded before.
     """
-    run = Run.objects.get(pk=run_id)
+    run = row_by_pk(Run, run_id)
     entry = lineage.lookup(run, call)
     if entry is None:
         return None

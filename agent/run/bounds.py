@@ -31,16 +31,15 @@ from typing import Any
 
 from django.conf import settings
 from django.db import connection
-from django.db.models import Sum
 from django.utils import timezone
 
 from agent.models import Run
 from agent.run.payloads import StepKind
 from agent.tools.reads import order_of_customer
 from agent.tools.registry import ToolError
-from deskhand.desk.models import Refund
 from deskhand.desk.money import format_cents, format_micros
 from deskhand.desk.rows import row_by_pk
+from deskhand.desk.selectors import refund_totals
 from deskhand.desk.services import merchant_day_start
 
 Hit = dict[str, str]
@@ -240,23 +239,23 @@ def refund_precheck(run_id: str, args: dict[str, Any], run: Run | None = None) -
     except ToolError as exc:
         return f"cannot refund {money(amount)}: {exc}"
 
-    def total(qs: Any) -> int:
-        return int(qs.aggregate(t=Sum("amount_cents"))["t"] or 0)
-
     refused = f"cannot refund {money(amount)} against {order.reference}"
-    remaining = order.total_cents - total(Refund.objects.filter(order=order))
+    # Counted as the refund counts them: the order's, every run on this ticket (their forks
+    # and re-runs too), the merchant's today.
+    totals = refund_totals(
+        order_id=order.pk,
+        merchant_id=run.merchant_id,
+        since=merchant_day_start(run.merchant),
+        ticket_id=run.ticket_id,
+    )
+    remaining = order.total_cents - totals.order
     if amount > remaining:
         return f"{refused}: only {money(remaining)} of {money(order.total_cents)} is left to refund"
-    # Counted as the refund counts it: every run on this ticket, their forks and re-runs.
-    by_run = total(Refund.objects.filter(run__ticket_id=run.ticket_id))
+    by_run = totals.runs
     if by_run + amount > run.max_refund_cents:
         left = max(run.max_refund_cents - by_run, 0)
         return f"{refused}: this run's refund ceiling is {money(run.max_refund_cents)}, {money(left)} is left"
-    today = total(
-        Refund.objects.filter(
-            merchant_id=run.merchant_id, created_at__gte=merchant_day_start(run.merchant)
-        )
-    )
+    today = totals.today
     ceiling = run.merchant.daily_refund_ceiling_cents
     if today + amount > ceiling:
         left = max(ceiling - today, 0)

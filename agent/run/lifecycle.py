@@ -27,7 +27,8 @@ from deskhand.desk.services import ticket_set_priority, ticket_set_status
 def run_begin(run_id: str) -> dict[str, Any]:
     """First step of a workflow: mark the run running and return what the loop needs."""
     with transaction.atomic():
-        run = Run.objects.select_for_update().select_related("ticket").get(pk=run_id)
+        # The run's row alone is locked: the ticket is read for its reference.
+        run = row_by_pk(Run, run_id, related=("ticket",), lock=True)
         if run.status == RunStatus.QUEUED:
             run.status = RunStatus.RUNNING
             run.started_at = run.started_at or timezone.now()

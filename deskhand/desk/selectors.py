@@ -6,22 +6,26 @@ day someone forgets the comparison; a WHERE clause fails closed.
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import re
+from typing import Any
 
-from django.contrib.postgres.search import SearchQuery, SearchRank
-from django.db.models import F, Prefetch, Q, QuerySet, Sum
+from django.db import connection
+from django.db.models import Q, QuerySet, Sum
 from django.db.models.functions import Coalesce
 
 from deskhand.desk.models import (
     Customer,
     KbArticle,
     Order,
+    OrderItem,
     Refund,
     RefundStatus,
     Ticket,
     TicketMessage,
 )
+from deskhand.desk.rows import cache_related, rows_where
 
 KB_RESULT_LIMIT = 5
 _WORD = re.compile(r"[a-z0-9]+")
@@ -32,39 +36,55 @@ def _normal_reference(reference: str) -> str:
     return reference.strip().lstrip("#").strip()
 
 
+# One ticket or order by its reference, as ``.filter(merchant_id=…, reference__iexact=…)
+# .first()`` reads it. The reads below go through statements built once (``rows``): they are
+# on every agent step that names a ticket or an order (docs/benchmarks.md, "Cost per step").
+_BY_REFERENCE = 't0."merchant_id" = %s AND UPPER(t0."reference"::text) = UPPER(%s)'
+_FIRST = 't0."id" ASC'
+
+
 def ticket_get(*, merchant_id: int, reference: str, thread: bool = True) -> Ticket | None:
-    """A ticket with its customer, assignee and whole thread (notes included). ``thread``
-    False: the ticket's own row alone (a caller that only names it, as the ticket writes do:
-    two queries fewer)."""
-    found = Ticket.objects.filter(
-        merchant_id=merchant_id, reference__iexact=_normal_reference(reference)
-    )
+    """A ticket with its customer, assignee and whole thread (notes included), oldest
+    message first. ``thread`` False: the ticket's own row alone (a caller that only names
+    it, as the ticket writes do: two queries fewer)."""
+    params = (merchant_id, _normal_reference(reference))
     if not thread:
-        return found.first()
-    return (
-        found.select_related("customer", "assignee")
-        .prefetch_related(
-            Prefetch("messages", queryset=TicketMessage.objects.order_by("created_at", "id"))
-        )
-        .first()
+        found = rows_where(Ticket, _BY_REFERENCE, params, order_by=_FIRST, limit=1)
+        return found[0] if found else None
+    found = rows_where(
+        Ticket,
+        _BY_REFERENCE,
+        params,
+        related=("customer", "assignee"),
+        order_by=_FIRST,
+        limit=1,
     )
+    if not found:
+        return None
+    ticket = found[0]
+    messages = rows_where(
+        TicketMessage, 't0."ticket_id" = %s', (ticket.pk,), order_by='t0."created_at", t0."id"'
+    )
+    cache_related(ticket, "messages", messages)
+    return ticket
 
 
 def order_get(*, merchant_id: int, reference: str, lines: bool = True) -> Order | None:
-    """An order with its customer, items and refunds. ``lines`` False: the order's own row
-    alone (a caller that checks whose it is and what it totals: two queries fewer)."""
-    found = Order.objects.filter(
-        merchant_id=merchant_id, reference__iexact=_normal_reference(reference)
-    )
-    if not lines:
-        return found.first()
-    return (
-        found.select_related("customer")
-        .prefetch_related(
-            "items", Prefetch("refunds", queryset=Refund.objects.order_by("created_at", "id"))
-        )
-        .first()
-    )
+    """An order with its customer, items and refunds (oldest first). ``lines`` False: the
+    order's own row alone (a caller that checks whose it is and what it totals: two queries
+    fewer)."""
+    params = (merchant_id, _normal_reference(reference))
+    related = ("customer",) if lines else ()
+    found = rows_where(Order, _BY_REFERENCE, params, related=related, order_by=_FIRST, limit=1)
+    if not found:
+        return None
+    order = found[0]
+    if lines:
+        one = 't0."order_id" = %s'
+        cache_related(order, "items", rows_where(OrderItem, one, (order.pk,)))
+        refunds = rows_where(Refund, one, (order.pk,), order_by='t0."created_at", t0."id"')
+        cache_related(order, "refunds", refunds)
+    return order
 
 
 def customer_get_by_email(*, merchant_id: int, email: str) -> Customer | None:
@@ -101,6 +121,49 @@ def refunds_since(
     return rows, int(totals["done"]), int(totals["in_flight"])
 
 
+@dataclasses.dataclass(frozen=True)
+class RefundTotals:
+    """What is already refunded, in integer cents, three ways a refund's limits count it."""
+
+    order: int  # against the order, ever
+    runs: int  # by the runs the per-run ceiling counts (a ticket's runs, or one run's)
+    today: int  # by the merchant since ``since`` (midnight on its own calendar)
+
+
+# One statement for the three sums every refund (and its pre-check) asks, where three
+# aggregates through the ORM compiled three queries (docs/benchmarks.md, "Cost per step").
+_REFUND_TOTALS = """
+SELECT
+  (SELECT COALESCE(SUM(amount_cents), 0) FROM desk_refund WHERE order_id = %s),
+  (SELECT COALESCE(SUM(r.amount_cents), 0) FROM desk_refund r
+     JOIN agent_run a ON a.id = r.run_id WHERE a.ticket_id = %s),
+  (SELECT COALESCE(SUM(amount_cents), 0) FROM desk_refund WHERE run_id = %s),
+  (SELECT COALESCE(SUM(amount_cents), 0) FROM desk_refund
+     WHERE merchant_id = %s AND created_at >= %s)
+"""
+
+
+def refund_totals(
+    *,
+    order_id: int,
+    merchant_id: int,
+    since: dt.datetime,
+    ticket_id: int | None = None,
+    run_id: Any = None,
+) -> RefundTotals:
+    """The order's refunds, the runs' (every run on ``ticket_id`` — forks and re-runs alike —
+    or, without a ticket, ``run_id``'s own) and the merchant's since ``since``, in one
+    statement, so under the refund's row locks the three are one snapshot."""
+    with connection.cursor() as cur:
+        cur.execute(
+            _REFUND_TOTALS,
+            [order_id, ticket_id, None if ticket_id else run_id, merchant_id, since],
+        )
+        row = cur.fetchone()
+    order, by_ticket, by_run, today = (int(v) for v in row)
+    return RefundTotals(order=order, runs=by_ticket if ticket_id else by_run, today=today)
+
+
 def kb_query_words(query: str) -> list[str]:
     """The searchable words of a query: lower-case letters and digits, nothing else.
 
@@ -111,14 +174,20 @@ def kb_query_words(query: str) -> list[str]:
     return _WORD.findall(query.lower())
 
 
+_KB_MATCH = "to_tsquery('english'::regconfig, %s)"
+
+
 def kb_search(*, merchant_id: int, query: str, limit: int = KB_RESULT_LIMIT) -> list[KbArticle]:
-    """The merchant's articles matching any word of ``query``, best match first."""
+    """The merchant's articles matching any word of ``query``, best match first (``ts_rank``
+    over the stored vector, then the slug: the order a tie keeps from search to search)."""
     words = kb_query_words(query)
     if not words:
         return []
-    tsquery = SearchQuery(" | ".join(words), search_type="raw", config="english")
-    return list(
-        KbArticle.objects.filter(merchant_id=merchant_id, search=tsquery)
-        .annotate(rank=SearchRank(F("search"), tsquery))
-        .order_by("-rank", "slug")[:limit]
+    tsquery = " | ".join(words)
+    return rows_where(
+        KbArticle,
+        f't0."merchant_id" = %s AND t0."search" @@ {_KB_MATCH}',
+        (merchant_id, tsquery, tsquery),
+        order_by=f'ts_rank(t0."search", {_KB_MATCH}) DESC, t0."slug"',
+        limit=limit,
     )

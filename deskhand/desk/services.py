@@ -24,11 +24,9 @@ from zoneinfo import ZoneInfo
 
 from django.contrib.auth.models import User
 from django.db import transaction
-from django.db.models import QuerySet, Sum
-from django.db.models.functions import Coalesce
 from django.utils import timezone
 
-from deskhand.desk import thread
+from deskhand.desk import selectors, thread
 from deskhand.desk.models import (
     Membership,
     Merchant,
@@ -74,10 +72,6 @@ class TicketChange:
 
 
 # --- money -----------------------------------------------------------------
-
-
-def _total(refunds: QuerySet[Refund]) -> int:
-    return int(refunds.aggregate(t=Coalesce(Sum("amount_cents"), 0))["t"])
 
 
 def merchant_day_start(merchant: Merchant, *, now: dt.datetime | None = None) -> dt.datetime:
@@ -131,7 +125,14 @@ def refund_issue(
     if amount_cents < 1:
         raise DomainError(f"{refusal}: a refund must be at least {money(1)}")
 
-    refunded = _total(Refund.objects.filter(order=order))
+    totals = selectors.refund_totals(
+        order_id=order.pk,
+        merchant_id=merchant.pk,
+        since=merchant_day_start(merchant),
+        ticket_id=ticket_id,
+        run_id=run_id,
+    )
+    refunded = totals.order
     remaining = order.total_cents - refunded
     if amount_cents > remaining:
         raise DomainError(
@@ -139,20 +140,17 @@ def refund_issue(
             f"leaving {money(remaining)}"
         )
 
-    scope = Refund.objects.filter(run__ticket_id=ticket_id) if ticket_id else None
-    by_run = _total(scope if scope is not None else Refund.objects.filter(run_id=run_id))
+    by_run = totals.runs
     if by_run + amount_cents > run_ceiling_cents:
         left = max(run_ceiling_cents - by_run, 0)
-        who = "this ticket's runs have" if scope is not None else "this run has"
+        who = "this ticket's runs have" if ticket_id else "this run has"
         raise DomainError(
             f"{refusal}: that would pass this run's refund ceiling of {money(run_ceiling_cents)}; "
             f"{who} already refunded {money(by_run)}, leaving {money(left)}. "
             "A larger refund is for a person to make: escalate the ticket."
         )
 
-    today = _total(
-        Refund.objects.filter(merchant=merchant, created_at__gte=merchant_day_start(merchant))
-    )
+    today = totals.today
     ceiling = merchant.daily_refund_ceiling_cents
     if today + amount_cents > ceiling:
         left = max(ceiling - today, 0)

@@ -49,3 +49,98 @@ def test_a_locked_read_and_a_missing_row(seeded):
     _same(row_by_pk(Order, order.pk, lock=True), Order.objects.get(pk=order.pk))
     with pytest.raises(Run.DoesNotExist):
         row_by_pk(Run, uuid.uuid4())
+
+
+def _orm_ticket(merchant_id, reference):
+    from django.db.models import Prefetch
+
+    from deskhand.desk.models import TicketMessage
+
+    return (
+        Ticket.objects.filter(merchant_id=merchant_id, reference__iexact=reference)
+        .select_related("customer", "assignee")
+        .prefetch_related(
+            Prefetch("messages", queryset=TicketMessage.objects.order_by("created_at", "id"))
+        )
+        .first()
+    )
+
+
+def test_a_ticket_by_reference_reads_as_the_orm_reads_it_thread_included(
+    seeded, django_assert_num_queries
+):
+    from deskhand.desk.selectors import ticket_get
+
+    ticket = Ticket.objects.get(reference="NW-1")
+    orm = _orm_ticket(ticket.merchant_id, "nw-1")
+    fast = ticket_get(merchant_id=ticket.merchant_id, reference=" #nw-1 ")
+    _same(fast, orm)
+    _same(fast.customer, orm.customer)
+    assert orm.messages.all(), "the seeded NW-1 has a thread to compare"
+    with django_assert_num_queries(0):  # the thread came with the ticket
+        mine = list(fast.messages.all())
+        assert all(m.ticket is fast for m in mine)
+    theirs = list(orm.messages.all())
+    assert [m.pk for m in mine] == [m.pk for m in theirs]
+    for a, b in zip(mine, theirs, strict=True):
+        _same(a, b)
+    alone = ticket_get(merchant_id=ticket.merchant_id, reference="NW-1", thread=False)
+    _same(alone, orm)
+    # Another merchant's reference, or none: no ticket, whichever way it is asked.
+    other = Ticket.objects.exclude(merchant_id=ticket.merchant_id).first()
+    assert ticket_get(merchant_id=ticket.merchant_id, reference=other.reference) is None
+    assert ticket_get(merchant_id=ticket.merchant_id, reference="NW-0", thread=False) is None
+
+
+def test_an_order_by_reference_reads_as_the_orm_reads_it_items_and_refunds_included(
+    seeded, django_assert_num_queries
+):
+    from django.db.models import Prefetch
+
+    from deskhand.desk.models import Refund
+    from deskhand.desk.selectors import order_get
+
+    order = Order.objects.filter(items__isnull=False, refunds__isnull=False).first() or (
+        Order.objects.filter(items__isnull=False).first()
+    )
+    orm = (
+        Order.objects.filter(merchant_id=order.merchant_id, reference__iexact=order.reference)
+        .select_related("customer")
+        .prefetch_related(
+            "items", Prefetch("refunds", queryset=Refund.objects.order_by("created_at", "id"))
+        )
+        .first()
+    )
+    fast = order_get(merchant_id=order.merchant_id, reference=order.reference.lower())
+    _same(fast, orm)
+    _same(fast.customer, orm.customer)
+    with django_assert_num_queries(0):
+        items, refunds = list(fast.items.all()), list(fast.refunds.all())
+    assert sorted(i.pk for i in items) == sorted(i.pk for i in orm.items.all()) != []
+    assert [r.pk for r in refunds] == [r.pk for r in orm.refunds.all()]
+    _same(order_get(merchant_id=order.merchant_id, reference=order.reference, lines=False), orm)
+    assert order_get(merchant_id=order.merchant_id, reference="no-such-order") is None
+
+
+def test_a_knowledge_base_search_ranks_as_the_orm_ranks(seeded):
+    from django.contrib.postgres.search import SearchQuery, SearchRank
+    from django.db.models import F
+
+    from deskhand.desk.models import KbArticle
+    from deskhand.desk.selectors import kb_query_words, kb_search
+
+    merchant_id = Ticket.objects.get(reference="NW-1").merchant_id
+    for query in ("refund policy damaged goods", "how long does a refund take", "zzzqqq"):
+        tsquery = SearchQuery(
+            " | ".join(kb_query_words(query)), search_type="raw", config="english"
+        )
+        orm = list(
+            KbArticle.objects.filter(merchant_id=merchant_id, search=tsquery)
+            .annotate(rank=SearchRank(F("search"), tsquery))
+            .order_by("-rank", "slug")[:5]
+        )
+        fast = kb_search(merchant_id=merchant_id, query=query)
+        assert [a.slug for a in fast] == [a.slug for a in orm]
+        for a, b in zip(fast, orm, strict=True):
+            assert (a.pk, a.title, a.body) == (b.pk, b.title, b.body)
+    assert kb_search(merchant_id=merchant_id, query="refund")  # the seed's articles match
