@@ -87,7 +87,7 @@ def check_deadline(run: Run, now: dt.datetime) -> Hit | None:
     return None
 
 
-_SPEND_TODAY = """
+SPEND_TODAY = """
 SELECT COALESCE(SUM(cost_micros) FILTER (WHERE merchant_id = %s AND created_at >= %s), 0),
        COALESCE(SUM(cost_micros) FILTER (WHERE created_at >= %s), 0)
 FROM agent_run WHERE created_at >= LEAST(%s, %s)
@@ -100,13 +100,17 @@ def spend_today(run: Run, now: dt.datetime) -> tuple[int, int]:
     cached = run.__dict__.get("_spend_today")
     if cached is not None and cached[0] == now:
         return cached[1]
-    mine, every = day_start(now, run.merchant.timezone), day_start(now, "UTC")
     with connection.cursor() as cur:
-        cur.execute(_SPEND_TODAY, [run.merchant_id, mine, every, mine, every])
+        cur.execute(SPEND_TODAY, spend_params(run, now))
         row = cur.fetchone()
     spent = (int(row[0]), int(row[1])) if row else (0, 0)
     run.__dict__["_spend_today"] = (now, spent)
     return spent
+
+
+def spend_params(run: Run, now: dt.datetime) -> list[Any]:
+    mine, every = day_start(now, run.merchant.timezone), day_start(now, "UTC")
+    return [run.merchant_id, mine, every, mine, every]
 
 
 def check_merchant_day(run: Run, now: dt.datetime) -> Hit | None:
@@ -137,18 +141,36 @@ def repeated_call(run: Run) -> dict[str, Any] | None:
     that keeps asking for what was refused is stopped like one that keeps
     reading the same record. An approved call is counted once, by its tool step.
     """
+    if "_repeated" in run.__dict__:  # read ahead with the turn's other questions
+        return run.__dict__.pop("_repeated")
     # In SQL, not the ORM: it runs before every model call, and its query compiled to this
     # same statement every time (the grouping by a JSON column was most of a turn's bounds).
     with connection.cursor() as cur:
-        cur.execute(_REPEATED, [run.pk, StepKind.TOOL, StepKind.APPROVAL, run.loop_threshold])
+        cur.execute(REPEATED, repeated_params(run))
         row = cur.fetchone()
-    if row is None:
+    return _repeated(row)
+
+
+def repeated_params(run: Run) -> list[Any]:
+    return [run.pk, StepKind.TOOL, StepKind.APPROVAL, run.loop_threshold]
+
+
+def _repeated(row: Any) -> dict[str, Any] | None:
+    if row is None or row[0] is None:
         return None
     arguments = json.loads(row[1]) if isinstance(row[1], str) else row[1]
     return {"tool": row[0], "arguments": arguments, "n": row[2]}
 
 
-_REPEATED = """
+def remember(run: Run, now: dt.datetime, spent: tuple[int, int], repeated_row: Any) -> None:
+    """What ``spend_today`` (at ``now``) and ``repeated_call`` would read, read ahead by the
+    caller in one statement with its own questions (``agent.run.turns``); each is used once,
+    on this instance of the run only."""
+    run.__dict__["_spend_today"] = (now, spent)
+    run.__dict__["_repeated"] = _repeated(repeated_row)
+
+
+REPEATED = """
 SELECT tool, arguments, COUNT(id) AS n FROM agent_step
 WHERE run_id = %s AND (kind = %s OR (kind = %s AND (result -> 'event') = '"denied"'::jsonb))
 GROUP BY tool, arguments HAVING COUNT(id) >= %s ORDER BY n DESC, tool LIMIT 1
@@ -197,14 +219,16 @@ def bounds_check(run_id: str, now_iso: str | None = None, run: Run | None = None
     return None
 
 
-def bounds_step(run_id: str, run: Run | None = None) -> dict[str, Any]:
+def bounds_step(
+    run_id: str, run: Run | None = None, now: dt.datetime | None = None
+) -> dict[str, Any]:
     """``bounds_check`` as the loop's step: the hit, or how many steps are left (``steps_left``).
 
     A reply with many tool calls is counted against the step cap one call at a time, so the
     loop needs the remainder, not only whether the cap is already reached. (Older checkpoints
     of this step hold ``None`` or a hit; the loop reads both.) ``run``: as for ``bounds_check``.
     """
-    hit = bounds_check(run_id, run=run)
+    hit = bounds_check(run_id, now_iso=now.isoformat() if now else None, run=run)
     if hit is not None:
         return hit
     if run is None:

@@ -18,7 +18,7 @@ from agent.ledger.models import LedgerEntry, LedgerState
 from agent.models import Run
 from approvals.models import Approval, ApprovalStatus
 from deskhand.desk.models import OutboundEmail, Refund, RefundStatus, Ticket, TicketStatus
-from deskhand.desk.rows import row_by_pk
+from deskhand.desk.rows import row_by_pk, rows_where
 
 
 def _decided_how(approval: Approval | None) -> str:
@@ -43,10 +43,12 @@ def effects_summary(run_id: str) -> str:
     lines: list[str] = []
     run = row_by_pk(Run, run_id)
     inherited = inherited_effects(run)
-    entries = list(
-        LedgerEntry.objects.filter(run_id=run_id)
-        .select_related("approval__decided_by", "approval__policy")
-        .order_by("created_at", "pk")
+    entries = rows_where(
+        LedgerEntry,
+        't0."run_id" = %s',
+        (run.pk,),
+        related=("approval", "approval__decided_by", "approval__policy"),
+        order_by='t0."created_at", t0."id"',
     )
     for entry in entries:
         if entry.ok:

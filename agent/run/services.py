@@ -28,11 +28,11 @@ import logging
 from typing import Any
 
 from django.conf import settings
-from django.db import IntegrityError, transaction
+from django.db import IntegrityError, connection, transaction
 from django.utils import timezone
 
 from agent.conversation.prompts import opening_prompt
-from agent.models import OPEN_STATUSES, TERMINAL_STATUSES, Run, RunStatus, Step, StopReason
+from agent.models import OPEN_STATUSES, TERMINAL_STATUSES, Run, RunStatus, StopReason
 from agent.providers import default_provider, pricing
 from agent.run.payloads import StepKind
 from agent.run.selectors import effects_summary
@@ -44,6 +44,7 @@ from deskhand import events
 from deskhand.dbos import client as dbos_client
 from deskhand.desk.models import Ticket
 from deskhand.desk.permissions import require_actor
+from deskhand.desk.rows import rows_where
 
 log = logging.getLogger(__name__)
 
@@ -153,8 +154,9 @@ def run_start(
 
 
 def next_seq(run_id: str) -> int:
-    last = Step.objects.filter(run_id=run_id).order_by("-seq").values_list("seq", flat=True).first()
-    return (last or 0) + 1
+    with connection.cursor() as cur:  # asked by every run's first step: no query compiled
+        cur.execute("SELECT COALESCE(MAX(seq), 0) + 1 FROM agent_step WHERE run_id = %s", [run_id])
+        return int(cur.fetchone()[0])
 
 
 def run_close(
@@ -226,9 +228,14 @@ def run_close_pending_approvals(
     """
     closed = []
     # Re-checked under each row's lock: a decision that committed meanwhile is left alone.
-    for approval in Approval.objects.select_for_update().filter(
-        run_id=run.pk, status=ApprovalStatus.PENDING
-    ):
+    pending = rows_where(
+        Approval,
+        't0."run_id" = %s AND t0."status" = %s',
+        (run.pk, ApprovalStatus.PENDING),
+        order_by='t0."id"',
+        lock=True,
+    )
+    for approval in pending:
         if ending == RunStatus.CANCELLED:
             by = cancelled_by.email if cancelled_by is not None else "the system"
             approval_withdraw(

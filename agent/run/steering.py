@@ -105,7 +105,7 @@ def _recorded_notes(run_id: str, seq: int, run: Run | None = None) -> list[dict[
     return [{"author": n.author, "body": n.body} for n in notes]
 
 
-_NOTHING_TO_TAKE = """
+NOTHING_TO_TAKE = """
 SELECT NOT EXISTS (SELECT 1 FROM agent_step WHERE run_id = %s AND seq = %s AND kind = %s)
    AND NOT EXISTS (SELECT 1 FROM approvals_staffnote WHERE run_id = %s AND taken_seq IS NULL)
 """
@@ -116,10 +116,23 @@ def _nothing_to_take(run: Run, seq: int) -> bool:
     A fork replaying a turn before its fork point reads its parent's rows (not this one)."""
     if run.forked_from_id is not None and run.fork_step and seq < run.fork_step:
         return False
+    ahead = run.__dict__.pop("_nothing_to_take", None)
+    if ahead is not None and ahead[0] == seq:  # read ahead with the turn's other questions
+        return bool(ahead[1])
     with connection.cursor() as cur:
-        cur.execute(_NOTHING_TO_TAKE, [run.pk, seq, StepKind.NOTE, run.pk])
+        cur.execute(NOTHING_TO_TAKE, nothing_to_take_params(run, seq))
         row = cur.fetchone()
     return bool(row and row[0])
+
+
+def nothing_to_take_params(run: Run, seq: int) -> list[Any]:
+    return [run.pk, seq, StepKind.NOTE, run.pk]
+
+
+def remember_nothing_to_take(run: Run, seq: int, nothing: bool) -> None:
+    """What ``_nothing_to_take`` would read at ``seq``, read ahead by the caller in one
+    statement with its own questions (``agent.run.turns``); used once, on this instance."""
+    run.__dict__["_nothing_to_take"] = (seq, nothing)
 
 
 def notes_take(run_id: str, seq: int, run: Run | None = None) -> dict[str, Any]:
