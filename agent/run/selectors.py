@@ -71,12 +71,15 @@ def effects_summary(run_id: str) -> str:
             )
         elif not entry.ok and entry.adapter != "database":
             lines.append(f"Approved but not done: {what}. {_first(entry.result)}")
-    for a in (
-        Approval.objects.filter(run_id=run_id)
-        .exclude(status=ApprovalStatus.APPROVED, ledger_entries__isnull=False)
-        .distinct()
-        .order_by("requested_at")
-    ):
+    # Every approval but those approved and performed (a ledger entry records them above).
+    not_performed = rows_where(
+        Approval,
+        't0."run_id" = %s AND NOT (t0."status" = %s AND EXISTS'
+        ' (SELECT 1 FROM agent_ledgerentry l WHERE l."approval_id" = t0."id"))',
+        (run.pk, ApprovalStatus.APPROVED),
+        order_by='t0."requested_at", t0."id"',
+    )
+    for a in not_performed:
         verb = {
             # Approved, yet never performed: the run was cancelled (or stopped) before it acted.
             "approved": "Approved but not performed",
