@@ -243,11 +243,12 @@ def test_bench_peers_quick_json_ends_with_each_systems_figures(transactional_db)
 
 
 @pytest.mark.slow
-def test_bench_loop_measures_deskhands_own_work_per_step_and_its_profile(
+def test_bench_loop_measures_deskhands_own_work_per_step_its_profile_and_sql_sites(
     transactional_db, tmp_path
 ):
     """``--loop``: the figure ``agent_cpu_per_step_ms`` is made of, alone, with its per-step
-    table and (``--profile``) a cProfile file pstats can read."""
+    table, (``--profile``) a cProfile file pstats can read and (``--sites``) each run's SQL
+    CPU charged to the product lines that asked."""
     import pstats
 
     env = {**os.environ, "DATABASE_URL": test_database_url(), "PYTHONUNBUFFERED": "1"}
@@ -255,7 +256,7 @@ def test_bench_loop_measures_deskhands_own_work_per_step_and_its_profile(
     proc = run_all_or_kill(
         [
             *(sys.executable, "manage.py", "bench", "--loop", "--quick", "--json"),
-            *("--runs", "1", "--profile", str(profile)),
+            *("--runs", "1", "--profile", str(profile), "--sites"),
         ],
         cwd=ROOT,
         env=env,
@@ -269,6 +270,12 @@ def test_bench_loop_measures_deskhands_own_work_per_step_and_its_profile(
     assert loop["steps"]["model"]["calls"] == 6.0 and loop["steps"]["tool.*"]["calls"] == 6.0
     assert "ms CPU per step (target ≤ 4)" in proc.stdout
     assert pstats.Stats(str(profile)).total_calls > 0
+    sql = loop["sql"]
+    assert sql["runs"] == 1 and sql["statements_per_run"] > 50 and sql["sql_cpu_ms_per_run"] > 0
+    sites = {s["site"].split(" < ")[0].split(":")[0] for s in sql["sites"]}
+    assert "agent/run/steplog.py" in sites  # every step writes its row: always among the top
+    assert all(s["statements"] >= 0 and s["compile_ms"] >= 0 for s in sql["sites"])
+    assert "querysets compiled" in proc.stdout
 
 
 @pytest.mark.parametrize(
@@ -276,6 +283,7 @@ def test_bench_loop_measures_deskhands_own_work_per_step_and_its_profile(
     [
         (["--profile", "x.prof"], "--profile profiles the loop alone"),
         (["--loop", "--peers"], "--loop and --peers are two different runs"),
+        (["--sites"], "--sites tallies the loop alone"),
     ],
 )
 def test_bench_loop_refuses_what_it_cannot_do_with_a_sentence(args, why):

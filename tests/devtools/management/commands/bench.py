@@ -142,6 +142,11 @@ class Command(DeskhandCommand):
             metavar="FILE",
             help="with --loop: write cProfile statistics of the runs to FILE (pstats)",
         )
+        parser.add_argument(
+            "--sites",
+            action="store_true",
+            help="with --loop: also charge each run's SQL CPU to the lines of ours that asked",
+        )
         parser.add_argument("--keep", action="store_true", help="keep the scratch database")
 
     def handle(self, *args: Any, **opts: Any) -> None:
@@ -159,6 +164,8 @@ class Command(DeskhandCommand):
             raise UsageError("--rounds must be at least 1.")
         if opts["profile"] and not opts["loop"]:
             raise UsageError("--profile profiles the loop alone: give it with --loop.")
+        if opts["sites"] and not opts["loop"]:
+            raise UsageError("--sites tallies the loop alone: give it with --loop.")
         if opts["loop"] and opts["peers"]:
             raise UsageError("--loop and --peers are two different runs: give one of them.")
         self.opts, self.plan = opts, plan
@@ -323,6 +330,10 @@ class Command(DeskhandCommand):
 
             runs = self.opts["runs"] or (5 if self.opts["quick"] else 20)
             out["loop"] = loop_figures(runs, profile=self.opts["profile"])
+            if self.opts["sites"]:
+                from tests.devtools.bench.sql_sites import sql_sites
+
+                out["loop"]["sql"] = sql_sites(min(runs, 10), start=850_000)
             return out
         install_override("*", LoadProvider())
         executor_id = f"bench-{scratch[-8:]}"
@@ -452,6 +463,19 @@ class Command(DeskhandCommand):
                 f"{name:<16}{f['calls']:>7}{f['cpu_ms']:>9}{f['statements']:>7}"
                 f"{f['transactions']:>7}{f['writing']:>9}"
             )
+
+        if "sql" in loop:
+            q = loop["sql"]
+            w(
+                f"SQL per run, client CPU: {q['sql_cpu_ms_per_run']} ms over"
+                f" {q['statements_per_run']} statements, {q['compiles_per_run']} querysets compiled"
+            )
+            w(f"{'stmts':>6}{'compile':>9}{'execute':>9}  site (ms per run)")
+            for site in q["sites"]:
+                w(
+                    f"{site['statements']:>6}{site['compile_ms']:>9}{site['execute_ms']:>9}"
+                    f"  {site['site']}"
+                )
 
     def _print_peers(self, peers: dict[str, Any]) -> None:
         w = self.stdout.write
