@@ -8,6 +8,7 @@ calls never come here: they pass the approval gate and run through the ledger
 from __future__ import annotations
 
 import time
+from contextlib import nullcontext
 from typing import Any
 
 from django.db import transaction
@@ -79,8 +80,11 @@ def execute_tool(run_id: str, seq: int, call: dict[str, Any]) -> dict[str, Any]:
             return not_performed(status, name)
         text, ok, inverse = error or "", error is None, None
         if error is None and tool is not None:
+            # A savepoint, so a failed handler leaves nothing behind — for a handler that
+            # writes. A read writes nothing to undo: two statements a read saved.
+            undo = nullcontext() if tool.risk is Risk.READ else transaction.atomic()
             try:
-                with transaction.atomic():  # a savepoint: a failed handler leaves nothing behind
+                with undo:
                     faults.before_tool(name, run_id)
                     outcome = tool.run(tool_context(run, call_id), valid or {})
                 text, inverse = faults.after_tool(name, run_id, outcome.text), outcome.inverse
