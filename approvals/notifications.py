@@ -39,7 +39,7 @@ from approvals.notification_models import (
 )
 from deskhand.desk.models import Membership, Merchant, Role
 from deskhand.desk.permissions import require_owner
-from deskhand.desk.rows import rows_where
+from deskhand.desk.rows import first_where
 
 log = logging.getLogger(__name__)
 
@@ -63,14 +63,9 @@ def approval_link(approval: Approval) -> str:
 def active_webhook(merchant_id: int) -> WebhookEndpoint | None:
     """The merchant's webhook, if one is active: asked by every approval and every run's end,
     so through a statement built once (docs/benchmarks.md, "Cost per step")."""
-    found = rows_where(
-        WebhookEndpoint,
-        't0."merchant_id" = %s AND t0."active"',
-        (merchant_id,),
-        order_by='t0."id"',
-        limit=1,
+    return first_where(
+        WebhookEndpoint, 't0."merchant_id" = %s AND t0."active"', (merchant_id,), order_by='t0."id"'
     )
-    return found[0] if found else None
 
 
 def recipients(approval: Approval, event: str) -> list[str]:

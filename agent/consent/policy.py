@@ -38,7 +38,7 @@ from approvals.models import Approval, ApprovalPolicy, ApprovalStatus, AuditEven
 from deskhand.desk.models import Merchant
 from deskhand.desk.money import format_cents
 from deskhand.desk.permissions import require_owner
-from deskhand.desk.rows import row_by_pk, rows_where
+from deskhand.desk.rows import first_where, row_by_pk
 from deskhand.desk.services import merchant_day_start
 
 MAX_RULES = 10
@@ -144,14 +144,9 @@ def rules_parse(raw: Any) -> list[Rule]:
 def policy_current(merchant_id: int) -> ApprovalPolicy | None:
     """The version in force: the newest."""
     # Through a statement built once: asked by every gated call (docs/benchmarks.md).
-    newest = rows_where(
-        ApprovalPolicy,
-        't0."merchant_id" = %s',
-        (merchant_id,),
-        order_by='t0."version" DESC',
-        limit=1,
+    return first_where(
+        ApprovalPolicy, 't0."merchant_id" = %s', (merchant_id,), order_by='t0."version" DESC'
     )
-    return newest[0] if newest else None
 
 
 def policy_rules(policy: ApprovalPolicy | None) -> list[Rule]:

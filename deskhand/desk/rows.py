@@ -181,6 +181,23 @@ def rows_where[M: models.Model](
     return out  # type: ignore[return-value]  # each is a ``model``: the first part's class
 
 
+def first_where[M: models.Model](
+    model: type[M],
+    where: str,
+    params: Sequence[Any],
+    *,
+    order_by: str,
+    related: Sequence[str] = (),
+    lock: bool = False,
+    using: str = "default",
+) -> M | None:
+    """``rows_where(...)``'s first row in ``order_by``, or None: a queryset's ``.first()``."""
+    found = rows_where(
+        model, where, params, related=related, order_by=order_by, limit=1, lock=lock, using=using
+    )
+    return found[0] if found else None
+
+
 def cache_related(obj: models.Model, name: str, rows: list[Any]) -> None:
     """Hand ``rows`` to ``obj``'s reverse relation ``name`` as ``prefetch_related`` does:
     ``getattr(obj, name).all()`` then returns them without a query. The rows must be the

@@ -25,7 +25,7 @@ from deskhand.desk.models import (
     Ticket,
     TicketMessage,
 )
-from deskhand.desk.rows import cache_related, rows_where
+from deskhand.desk.rows import cache_related, first_where, rows_where
 
 KB_RESULT_LIMIT = 5
 _WORD = re.compile(r"[a-z0-9]+")
@@ -48,24 +48,13 @@ def ticket_get(*, merchant_id: int, reference: str, thread: bool = True) -> Tick
     message first. ``thread`` False: the ticket's own row alone (a caller that only names
     it, as the ticket writes do: two queries fewer)."""
     params = (merchant_id, _normal_reference(reference))
-    if not thread:
-        found = rows_where(Ticket, _BY_REFERENCE, params, order_by=_FIRST, limit=1)
-        return found[0] if found else None
-    found = rows_where(
-        Ticket,
-        _BY_REFERENCE,
-        params,
-        related=("customer", "assignee"),
-        order_by=_FIRST,
-        limit=1,
-    )
-    if not found:
-        return None
-    ticket = found[0]
-    messages = rows_where(
-        TicketMessage, 't0."ticket_id" = %s', (ticket.pk,), order_by='t0."created_at", t0."id"'
-    )
-    cache_related(ticket, "messages", messages)
+    related = ("customer", "assignee") if thread else ()
+    ticket = first_where(Ticket, _BY_REFERENCE, params, related=related, order_by=_FIRST)
+    if ticket is not None and thread:
+        messages = rows_where(
+            TicketMessage, 't0."ticket_id" = %s', (ticket.pk,), order_by='t0."created_at", t0."id"'
+        )
+        cache_related(ticket, "messages", messages)
     return ticket
 
 
@@ -75,11 +64,8 @@ def order_get(*, merchant_id: int, reference: str, lines: bool = True) -> Order 
     fewer)."""
     params = (merchant_id, _normal_reference(reference))
     related = ("customer",) if lines else ()
-    found = rows_where(Order, _BY_REFERENCE, params, related=related, order_by=_FIRST, limit=1)
-    if not found:
-        return None
-    order = found[0]
-    if lines:
+    order = first_where(Order, _BY_REFERENCE, params, related=related, order_by=_FIRST)
+    if order is not None and lines:
         one = 't0."order_id" = %s'
         cache_related(order, "items", rows_where(OrderItem, one, (order.pk,)))
         refunds = rows_where(Refund, one, (order.pk,), order_by='t0."created_at", t0."id"')
