@@ -17,7 +17,7 @@ from __future__ import annotations
 import datetime as dt
 from typing import Any
 
-from agent.consent.gate import gate_read, gate_request, gate_resume
+from agent.consent.gate import gate_open, gate_read, gate_request, gate_resume, gate_settle
 from agent.conversation.live import (
     KNOWN_STOP_REASONS,
     NOT_RUN_STEP_CAP,
@@ -74,6 +74,7 @@ class Loop:
         self.truncations = 0
         self.unknown_stop_ends = True
         self.legacy: LegacyTurns | None = None
+        self.two_step_gate = False
 
     def next_seq(self) -> int:
         """The step-log number the next row of this run takes."""
@@ -91,9 +92,11 @@ class Loop:
             return {"status": begin["status"]}
         self.token = begin["fence_token"]
         self.seq = begin["next_seq"]
-        # One operation a turn (agent.run.turns.turn). A run recorded before that finds
-        # another checkpoint here and walks the older sequence (agent.run.legacy_turns).
-        if not await self.rt.patch(Patch.ONE_STEP_TURNS):
+        # Two operations an approval (``_gated``), and so one a turn too (agent.run.turns.turn).
+        # A run recorded before that finds another checkpoint here and walks the older gate;
+        # one recorded before one-step turns walks the older turns too (agent.run.legacy_turns).
+        self.two_step_gate = await self.rt.patch(Patch.TWO_STEP_GATE)
+        if not self.two_step_gate and not await self.rt.patch(Patch.ONE_STEP_TURNS):
             self.legacy = await LegacyTurns.taken(self.rt)
         fence_in_turn = self.legacy is None or self.legacy.fence_in_turn
         self.unknown_stop_ends = self.legacy is None or self.legacy.unknown_stop_ends
@@ -220,7 +223,52 @@ class Loop:
         return await self._gated(call)
 
     async def _gated(self, call: dict[str, Any]) -> dict[str, Any]:
-        """An irreversible call: ledger first, then a person, then exactly one execution."""
+        """An irreversible call: ledger first, then a person, then exactly one execution.
+
+        Two steps around the wait (``Patch.TWO_STEP_GATE``): ``gate.request`` asks the
+        ledger, opens the approval and says where the decision stands; ``gate.resume``
+        reads it after each wake and, once decided or expired, settles it. Runs recorded
+        before take five operations to the wait and four after it (``_gated_in_steps``).
+        """
+        if not self.two_step_gate:
+            return await self._gated_in_steps(call)
+        opened = await self.rt.step(StepName.GATE_REQUEST, gate_open, self.run_id, self.seq, call)
+        if "done" in opened:
+            # Already performed (by the run this one was forked from, say): no row was written.
+            return self._result(call, opened["done"]["text"], opened["done"]["ok"])
+        self.seq += 1  # the request's row (or its refusal's) took it
+        refused = self._unasked(call, opened)
+        if refused is not None:
+            return refused
+        approval_id, status = opened["approval_id"], opened["status"]
+        expires_at, seq = opened["expires_at"], self.next_seq()
+        while True:
+            if status == "pending":
+                # Until the stored expires_at, so a restart never extends the wait.
+                await self.rt.wait(opened["topic"], dt.datetime.fromisoformat(expires_at))
+            verdict = await self.rt.step(
+                StepName.GATE_RESUME, gate_settle, self.run_id, seq, call, approval_id
+            )
+            if verdict["verdict"] != "pending":
+                return await self._act(call, approval_id, verdict)
+            status, expires_at = "pending", verdict["expires_at"]
+
+    def _unasked(self, call: dict[str, Any], request: dict[str, Any]) -> dict[str, Any] | None:
+        """The request's output when nobody is asked: the result the model reads, or the end
+        of the run; ``None`` when the run waits for the decision."""
+        if request.get("closed"):
+            raise closed_quietly(request["closed"])
+        if request.get("refused"):
+            # The pre-check found it could not be paid: no approval; the model reads why.
+            return self._result(call, request["refused"], False)
+        if request.get("mismatch"):
+            # A re-derived call under an existing approval: refuse now rather than ask a
+            # person to decide something that could only fail at resume.
+            raise Stop(RunStatus.FAILED, "approval_mismatch", request["mismatch"])
+        return None
+
+    async def _gated_in_steps(self, call: dict[str, Any]) -> dict[str, Any]:
+        """The gate as runs recorded before ``Patch.TWO_STEP_GATE`` walk it."""
         done = await self.rt.step(StepName.LEDGER_LOOKUP, ledger_lookup, self.run_id, call)
         if done is not None:
             if not done["same_args"]:
@@ -234,15 +282,9 @@ class Loop:
         request = await self.rt.step(
             StepName.GATE_REQUEST, gate_request, self.run_id, self.next_seq(), call
         )
-        if request.get("closed"):
-            raise closed_quietly(request["closed"])
-        if request.get("refused"):
-            # The pre-check found it could not be paid: no approval; the model reads why.
-            return self._result(call, request["refused"], False)
-        if request.get("mismatch"):
-            # A re-derived call under an existing approval: refuse now rather than ask a
-            # person to decide something that could only fail at resume.
-            raise Stop(RunStatus.FAILED, "approval_mismatch", request["mismatch"])
+        refused = self._unasked(call, request)
+        if refused is not None:
+            return refused
         approval_id = request["approval_id"]
         expires_at = dt.datetime.fromisoformat(request["expires_at"])
         waited_from = await self.rt.now()
@@ -266,6 +308,12 @@ class Loop:
             approval_id,
             waited,
         )
+        return await self._act(call, approval_id, verdict)
+
+    async def _act(
+        self, call: dict[str, Any], approval_id: str, verdict: dict[str, Any]
+    ) -> dict[str, Any]:
+        """After the gate's resume: the verdict's end, or exactly one execution."""
         if verdict["verdict"] == "closed":
             raise closed_quietly(verdict["status"])
         if verdict["verdict"] == "expired":

@@ -90,6 +90,10 @@ class Patch(enum.StrEnum):
     MODEL_CALLS_RATE_LIMITED = "model-calls-rate-limited"
     # The wait for the customer may send one reminder (Merchant.reply_reminder, agent.customer.wait).
     CUSTOMER_REMINDER = "customer-reminder"
+    # The approval gate in two steps (the ledger's answer in the request; the read in the
+    # resume; no clock readings). Implies ONE_STEP_TURNS: asked first, and a run that
+    # records it records no other marker there.
+    TWO_STEP_GATE = "two-step-gate"
 
 
 class Runtime(Protocol):

@@ -32,7 +32,22 @@ from deskhand import events
 from deskhand.desk.rows import row_by_pk
 
 
-def gate_request(run_id: str, seq: int, call: dict[str, Any]) -> dict[str, Any]:
+def gate_open(run_id: str, seq: int, call: dict[str, Any]) -> dict[str, Any]:
+    """``gate.request`` on runs since ``Patch.TWO_STEP_GATE``: the ledger's answer first,
+    then the request, in one step.
+
+    ``{"done": answer}`` when the lineage already made this effect (``lineage.performed``:
+    nobody is asked and nothing is written); otherwise ``gate_request``'s output, whose
+    ``status`` is the decision as it stands (a merchant's rule may already have made it),
+    so the run reads it without a step of its own. Older runs take the lookup, the request,
+    a read and clock readings as five operations (docs/deploys.md).
+    """
+    return gate_request(run_id, seq, call, lookup=True)
+
+
+def gate_request(
+    run_id: str, seq: int, call: dict[str, Any], *, lookup: bool = False
+) -> dict[str, Any]:
     """Open (or find) the approval for this call and park the run on it.
 
     One approval per (run, tool call id), ever: a step re-executed after a
@@ -53,6 +68,9 @@ def gate_request(run_id: str, seq: int, call: dict[str, Any]) -> dict[str, Any]:
         run = row_by_pk(Run, run_id, related=("merchant", "ticket"), lock=True)
         if not run.is_active:
             return {"closed": run.status}
+        done = lineage.performed(run, call) if lookup else None
+        if done is not None:
+            return {"done": done}
         if name == "issue_refund" and not _asked(run_id, call_id):
             # Nobody is asked to approve money that cannot move: the model reads why instead.
             why = refund_precheck(run_id, args, run=run)
@@ -166,6 +184,21 @@ def gate_read(approval_id: str) -> dict[str, Any]:
         "expires_at": a.expires_at.isoformat(),
         "escalated_at": a.escalated_at.isoformat() if a.escalated_at else None,
     }
+
+
+def gate_settle(run_id: str, seq: int, call: dict[str, Any], approval_id: str) -> dict[str, Any]:
+    """``gate.resume`` on runs since ``Patch.TWO_STEP_GATE``: the decision read, and the
+    resume once there is one (or the approval has expired), in one step.
+
+    ``{"verdict": "pending", "expires_at"}`` while nobody has decided and the approval has
+    not expired: a message that woke the run was not a decision, and the run waits again
+    (writing nothing). Otherwise ``gate_resume``'s verdict; the time handed back is counted
+    from the approval's ``requested_at``, so no clock reading of the loop's is needed.
+    """
+    a = row_by_pk(Approval, approval_id)
+    if a.status == ApprovalStatus.PENDING and timezone.now() < a.expires_at:
+        return {"verdict": "pending", "expires_at": a.expires_at.isoformat()}
+    return gate_resume(run_id, seq, call, approval_id, 0.0)
 
 
 def gate_resume(

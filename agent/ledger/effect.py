@@ -204,18 +204,8 @@ def execute_irreversible(
 def ledger_lookup(run_id: str, call: dict[str, Any]) -> dict[str, Any] | None:
     """Before asking a person: has the lineage already made this effect (``agent.ledger.lineage``)?
 
-    ``None``: it has not, so a person is asked. Otherwise the answer the model reads,
-    naming the run that made it. ``same_args`` is always true now (a proposal that merely
-    differs is a new effect, never a mismatch); it stays for checkpoints recorded before.
+    ``None``: it has not, so a person is asked. Otherwise the answer the model reads
+    (``lineage.performed``). Runs since ``Patch.TWO_STEP_GATE`` ask this inside the gate's
+    opening step (``agent.consent.gate.gate_open``) instead of a step of its own.
     """
-    run = row_by_pk(Run, run_id)
-    entry = lineage.lookup(run, call)
-    if entry is None:
-        return None
-    return {
-        "ok": entry.ok,
-        "text": lineage.answer_text(entry),
-        "same_args": True,
-        "key": entry.key,
-        "run_id": str(entry.run_id),
-    }
+    return lineage.performed(row_by_pk(Run, run_id), call)

@@ -101,6 +101,26 @@ def lookup(run: Run, call: dict[str, Any], root: Run | None = None) -> LedgerEnt
     return matching_effect(lineage_entries(run, root), call)
 
 
+def performed(run: Run, call: dict[str, Any]) -> dict[str, Any] | None:
+    """Before a person is asked: the answer the model reads when the lineage already made
+    this effect, naming the run that made it; ``None`` when it has not.
+
+    The checkpointed output of ``ledger.lookup`` and of the gate's opening step, so its
+    keys are compatibility data: ``same_args`` is always true now (a proposal that merely
+    differs is a new effect, never a mismatch) and stays for checkpoints recorded before.
+    """
+    entry = lookup(run, call)
+    if entry is None:
+        return None
+    return {
+        "ok": entry.ok,
+        "text": answer_text(entry),
+        "same_args": True,
+        "key": entry.key,
+        "run_id": str(entry.run_id),
+    }
+
+
 CUSTOMER_MAIL = ("send_customer_email", "reply_to_customer", "ask_customer")
 """The tools whose effect is words to the ticket's customer."""
 

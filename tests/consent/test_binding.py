@@ -187,9 +187,12 @@ def test_a_request_step_re_executed_with_rewritten_arguments_is_refused_without_
 
 
 def _gate_reads(run: Run) -> int:
+    """How often the run read its approval's record: each ``gate.resume`` reads it first
+    (Patch.TWO_STEP_GATE; older runs read it in ``gate.read`` steps)."""
     with connection.cursor() as cur:
         cur.execute(
-            "SELECT count(*) FROM dbos.operation_outputs WHERE workflow_uuid = %s AND function_name = 'gate.read'",
+            "SELECT count(*) FROM dbos.operation_outputs WHERE workflow_uuid = %s"
+            " AND function_name IN ('gate.read', 'gate.resume')",
             [str(run.id)],
         )
         return cur.fetchone()[0]

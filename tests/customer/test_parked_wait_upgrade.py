@@ -211,5 +211,6 @@ def test_the_wait_parts_from_the_recorded_sequence_only_at_the_reminders_patch(f
     assert parked_fixture.sequence_change(recorded, _fresh_wait(reminders=False)) is None
     reminding = _fresh_wait(reminders=True)
     assert reminding != recorded
-    assert reminding[recorded.index("customer.park") + 1] == "DBOS.patch-customer-reminder"
+    # The gate before the question is shorter on today's runs (two-step-gate): its own index.
+    assert reminding[reminding.index("customer.park") + 1] == "DBOS.patch-customer-reminder"
     assert parked_fixture.sequence_change(recorded, reminding) is None

@@ -192,7 +192,10 @@ def _pending_reads(run_id: str) -> int:
     with connection.cursor() as cur:
         cur.execute(
             "SELECT count(*) FROM dbos.operation_outputs "
-            "WHERE workflow_uuid = %s AND function_name = 'gate.read' AND output LIKE %s",
+            "WHERE workflow_uuid = %s AND output LIKE %s"
+            # The request says "pending" (Patch.TWO_STEP_GATE), a read or a resume that
+            # found no decision yet says it again; older runs read it in gate.read steps.
+            " AND function_name IN ('gate.request', 'gate.read', 'gate.resume')",
             [run_id, "%pending%"],
         )
         return int(cur.fetchone()[0])

@@ -22,6 +22,7 @@ import pytest
 from django.db import connection
 from django.test import Client
 
+from agent.ledger.models import LedgerEntry
 from agent.models import Run, Step, WorkflowFinding
 from agent.run import faults, services
 from agent.run.reconciler import reconcile
@@ -206,17 +207,28 @@ def test_a_dbos_fork_replay_would_refuse_is_cancelled_and_shown_for_a_person(dbo
     assert again.returncode != 0 and "already settled" in again.stderr
 
 
-def test_a_dbos_fork_at_an_approval_request_is_refused_with_where_it_may_start(dbos_executor):
+def test_a_dbos_fork_at_an_approval_request_asks_the_ledger_first_and_pays_nothing_again(
+    dbos_executor,
+):
+    """Since ``two-step-gate`` the request step itself asks the lineage's ledger before anyone
+    is asked (older runs had a ``ledger.lookup`` step before it, and a fork had to start
+    there), so a DBOS fork at the request is a run like any: the refund the original made
+    is answered from the ledger, nobody is asked, nothing is paid twice."""
     parent = finished_nw1()
     seq, request = dbos_step_of(parent, kind="approval", seq__lt=9)
-    fork_id = fork_of(parent, "--step", str(request))  # the workflow itself decides, as it starts
-    refused = wait_for_finding(fork_id)
-    assert refused.kind == "fork_refused"
-    lookup = request - 1  # the ledger lookup just before the request
-    assert f"starts at the ledger lookup before it, DBOS step {lookup}" in refused.detail
-    assert f"{lookup} (step {seq}, issue_refund)" in refused.detail  # where it may start instead
-    assert dbos_client.workflow_state(fork_id).status == "CANCELLED"
-    assert not Run.objects.filter(pk=fork_id).exists()
+    names = {s["function_name"] for s in dbos_client.workflow_steps(str(parent.pk))}
+    assert "ledger.lookup" not in names  # nothing before the request to start at instead
+    fork_id = fork_of(parent, "--step", str(request))
+    reconcile()  # whoever decides first — the workflow as it starts, or this pass — it is a run
+    fork = wait_terminal(fork_id)
+
+    assert (fork.forked_from_id, fork.fork_step, fork.status) == (parent.pk, seq, "succeeded")
+    (adopted,) = findings(workflow_id=fork_id)
+    assert adopted.kind == "fork_adopted"
+    assert not Approval.objects.filter(run=fork).exists()
+    assert Refund.objects.filter(run__ticket=parent.ticket).count() == 1
+    assert not LedgerEntry.objects.filter(run=fork, tool="issue_refund").exists()
+    assert "Inherited from the lineage (already done, not repeated)" in fork.summary
 
 
 def test_a_dbos_fork_while_the_ticket_has_an_open_run_is_refused(dbos_executor):

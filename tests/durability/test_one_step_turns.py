@@ -68,12 +68,14 @@ def test_a_run_records_one_dbos_operation_per_model_turn(dbos_executor):
     rows = Step.objects.filter(run=run).count()
     turns = Step.objects.filter(run=run, kind="model").count()
 
-    assert names[:2] == ["run.begin", "DBOS.patch-one-step-turns"]
+    assert names[:2] == ["run.begin", "DBOS.patch-two-step-gate"]
     assert names.count("model") == turns >= 2
     assert not {"DBOS.recv", "DBOS.sleep", "bounds.check", "notes.record"} & set(names)
     # Every other operation writes a row of its own: the run's begin and its one patch
-    # marker are the only operations without one, bar the gate's reads around the reply to
-    # the customer (approved by the owner's rule: a ledger lookup, a read, its clock).
-    gate = sum(names.count(n) for n in ("ledger.lookup", "gate.read", "clock"))
-    assert len(names) == rows + 2 + gate
-    assert (len(names) - gate) / rows <= 1.3, (len(names), rows, names)
+    # marker are the only operations without one. The gate around the reply to the customer
+    # (approved by the owner's rule) is its request and its resume, each with its row: no
+    # ledger lookup, read or clock reading of its own (Patch.TWO_STEP_GATE).
+    assert not {"ledger.lookup", "gate.read", "clock"} & set(names), names
+    assert names.count("gate.request") == names.count("gate.resume") >= 1
+    assert len(names) == rows + 2
+    assert len(names) / rows <= 1.3, (len(names), rows, names)

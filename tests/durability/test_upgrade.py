@@ -318,7 +318,7 @@ def test_the_parked_run_keeps_the_plain_model_step_and_a_fresh_run_takes_the_rat
     finally:
         clear_overrides()
     names = parked_fixture.workflow_step_names(fresh)
-    assert "DBOS.patch-one-step-turns" in names and "model" not in names
+    assert "DBOS.patch-two-step-gate" in names and "model" not in names
     assert names.count("deskhand.limited_call") >= 1 and "DBOS.getResult" not in names
     assert parked_fixture.sequence_change(fixture["step_names"], names) is None
     with connection.cursor() as cur:
@@ -422,3 +422,70 @@ def test_a_run_parked_by_the_release_before_agent_by_concept_finishes(
     assert len(model_calls) == new_turns, "a recorded model turn was called again"
     steps = list(Step.objects.filter(run_id=run_id).order_by("seq"))
     assert [s.seq for s in steps] == list(range(1, len(steps) + 1))
+
+
+def test_a_run_parked_at_the_five_operation_gate_keeps_that_gate_and_finishes(
+    executor_stopped, model_calls
+):
+    """``two-step-gate`` (docs/deploys.md): NW-1 parked by the release before it — a ledger
+    lookup, the request, a clock, a read and a clock before its wait — replays them, walks the
+    older gate for the rest of its life (the reply the owner's rule approves after the refund
+    too), refunds once, and asks the model only for turns after the gate. A fresh run takes
+    the two-step gate, parting from the recorded sequence only at the patch marker."""
+    fixture = parked_fixture.read(
+        parked_fixture.FIXTURE.with_name("nw1_at_gate_before_two_step_gate.json")
+    )
+    assert fixture["commit"].startswith("5aa03ca")
+    assert fixture["step_names"][1] == "DBOS.patch-one-step-turns"
+    assert fixture["step_names"][-6:-1] == [
+        "ledger.lookup",
+        "gate.request",
+        "clock",
+        "gate.read",
+        "clock",
+    ]
+    run_id = parked_fixture.load(parked_fixture.aged(fixture, 2), executor_id=IN_PROCESS_EXECUTOR)
+    recorded = _checkpoints(run_id)
+    if fixture["application_version"] != settings.DESKHAND_APP_VERSION:
+        assert runs_move_version(from_version=fixture["application_version"]) == [run_id]
+    ensure_in_process_executor()
+    approval_decide(
+        approval=_pending_approval(run_id),
+        user=user("owner@northwind.test"),
+        approve=True,
+        channel="cli",
+    )
+    run = _wait_finished(run_id)
+
+    assert (run.status, run.stop_reason) == ("succeeded", "end_turn"), run.summary
+    assert [r.amount_cents for r in Refund.objects.filter(order__reference="NW-1042")] == [3800]
+    assert Refund.objects.count() == 1
+    final = _checkpoints(run_id)
+    assert all(final[fid] == checkpoint for fid, checkpoint in recorded.items())
+    later = [name for fid, (name, _) in sorted(final.items()) if fid not in recorded]
+    assert "DBOS.patch-two-step-gate" not in later
+    # The refund's resume, then the reply's whole older gate.
+    assert later.count("gate.resume") == 2 and later.count("ledger.lookup") == 1, later
+    assert later.count("gate.read") >= 2 and later.count("clock") >= 3, later
+    new_turns = later.count("model")
+    assert new_turns >= 1 and len(model_calls) == new_turns, (
+        "a recorded model turn was called again"
+    )
+    steps = list(Step.objects.filter(run_id=run_id).order_by("seq"))
+    assert [s.seq for s in steps] == list(range(1, len(steps) + 1))
+    assert [(e.tool, e.ok) for e in LedgerEntry.objects.filter(run_id=run_id).order_by("pk")] == [
+        ("issue_refund", True),
+        ("reply_to_customer", True),
+    ]
+
+    install_override("*", ScriptedProvider(NW1_TO_THE_GATE))
+    try:
+        fresh = str(start(fixture["ticket"], parked_fixture.STARTED_BY).id)
+        wait_for_run(fresh, lambda r: parked_fixture.is_parked(str(r.pk)))
+    finally:
+        clear_overrides()
+    names = parked_fixture.workflow_step_names(fresh)
+    assert names[1] == "DBOS.patch-two-step-gate"
+    assert not {"ledger.lookup", "gate.read", "clock"} & set(names), names
+    assert names[-2:] == ["gate.request", "DBOS.sleep"], names
+    assert parked_fixture.sequence_change(fixture["step_names"], names) is None

@@ -59,6 +59,7 @@ def test_the_patch_names_are_the_pinned_ones():
         "unknown-stop-reason-ends-run",
         "model-calls-rate-limited",
         "customer-reminder",
+        "two-step-gate",
     ]
 
 

@@ -14,8 +14,10 @@ protocol with DBOS. The steps, by their recorded names (``agent.runtime.StepName
    ``notes.record`` and ``bounds.check`` before a ``model`` step that only calls:
    ``agent.run.legacy_turns``.)
 3. ``tool.<name>``    — one tool call (reads and reversible tools)
-4. ``ledger.lookup`` / ``gate.request`` / ``gate.read`` / ``gate.resume`` — the approval
-   gate, with ``DBOS.recv`` waits in between (async: no thread held), read off ``clock``
+4. ``gate.request`` / ``gate.resume`` — the approval gate (the ledger's answer, the
+   request, then the decision read and settled), with ``DBOS.recv`` waits in between (async:
+   no thread held). (Runs recorded before ``two-step-gate`` take ``ledger.lookup``,
+   ``gate.read`` and ``clock`` steps around them too.)
 5. ``tool.<irreversible>`` — the approved effect, through the ledger; never retried
 6. ``run.finish`` / ``run.fail`` — the truthful terminal state
 

@@ -5,7 +5,9 @@ of load on this shared machine falls on all of them), medians over the rounds:
 
 - ``durable_cpu_per_step_ms`` — process CPU of one durable run, minus the executor's idle
   CPU over the same wall time, minus the same loop run with no durability, ÷ 12 steps;
-- ``agent_cpu_per_step_ms`` (Deskhand) — that loop on ``MemoryRuntime``, ÷ 12;
+- ``agent_cpu_per_step_ms`` (Deskhand) — that loop on ``MemoryRuntime``, ÷ 12 (each loop
+  with no durability also has the executor's idle CPU over its wall time subtracted: the
+  executor's polls run in this process beside it);
 - ``commits_per_run`` — transactions that wrote (each takes a transaction id), idle
   background writes subtracted; ``bytes_per_run`` — WAL bytes, idle subtracted;
 - ``wake_p95_ms`` — with ``parked`` runs of that system waiting for their approval: the
@@ -221,20 +223,28 @@ class Peers:
             for s in order:
                 for _ in range(per_round):
                     samples[s].append(self.measured(partial(runs[s], prepared[s]()), idle))
-            # The same loops with no durability.
+            # The same loops with no durability, less the executor's idle CPU over their
+            # wall time (its queue polls run in this process beside them, as in `measured`).
             mem = nw1.memory_runs(per_round, start=600_000 + self.made)
             self.made += per_round
-            memory["deskhand"] += mem["cpu_s"]
+            memory["deskhand"] += [
+                max(0.0, c - idle["cpu"] * w)
+                for c, w in zip(mem["cpu_s"], mem["wall_s"], strict=True)
+            ]
             for _ in range(per_round):
-                c0 = time.process_time()
+                c0, w0 = time.process_time(), time.perf_counter()
                 pw.dbos_in_memory()
-                memory["dbos"].append(time.process_time() - c0)
+                memory["dbos"].append(
+                    max(0.0, time.process_time() - c0 - idle["cpu"] * (time.perf_counter() - w0))
+                )
                 thread = f"peer-lgm-{self.made}"
                 self.made += 1
-                c0 = time.process_time()
+                c0, w0 = time.process_time(), time.perf_counter()
                 pw.langgraph_until_approval(self.memory_graph, thread)
                 pw.langgraph_resume(self.memory_graph, thread)
-                memory["langgraph"].append(time.process_time() - c0)
+                memory["langgraph"].append(
+                    max(0.0, time.process_time() - c0 - idle["cpu"] * (time.perf_counter() - w0))
+                )
             self.progress.advance(1)
         out: dict[str, dict[str, Any]] = {}
         for s in SYSTEMS:
