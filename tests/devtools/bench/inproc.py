@@ -87,6 +87,7 @@ class InProcess:
         self.out = out
         self.listener = Listener(conninfo)
         self.lines: list[str] = []
+        self.decided_s: list[float] = []  # each wake's approval_decide, start to return
 
     def say(self, line: str) -> None:
         self.lines.append(line)
@@ -434,37 +435,59 @@ class InProcess:
             ]
             self.out["customer_over_approval_cpu_top"] = self.out["customer_over_approval_cpu"][-1]
 
-    def _wake(self, run_ids: list[Any], who: dict[int, Any]) -> list[float]:
-        """Decide → the run's ``recv`` returned (DBOS's own clock), one run at a time."""
+    def _wake(
+        self, run_ids: list[Any], who: dict[int, Any], from_send: bool = False
+    ) -> list[float]:
+        """Decide → the run's ``recv`` returned (DBOS's own clock), one run at a time.
+
+        ``from_send``: from the decision's send instead (``dbos_client.send_decision``
+        called), as bare DBOS's wake is timed in ``bench --peers``; the decision's own
+        transaction before it goes to ``decided_s`` either way."""
         from agent.models import Step
         from approvals.models import Approval
         from approvals.services import approval_decide
+        from deskhand.dbos import client as dbos_client
         from deskhand.dbos.client import workflow_steps
 
+        sent: list[float] = []
+        send = dbos_client.send_decision
+
+        def timed_send(**kw: Any) -> None:
+            sent.append(time.time())
+            send(**kw)
+
+        dbos_client.send_decision = timed_send
         out = []
-        for run_id in run_ids:
-            approval = Approval.objects.get(run_id=run_id, status="pending")
-            requested = Step.objects.get(
-                run_id=run_id, kind="approval", tool_call_id=approval.tool_call_id
-            ).seq
-            epoch = time.time()
-            approval_decide(
-                approval=approval, user=who[approval.merchant_id], approve=True, reason="bench"
-            )
-            self.listener.wait_for(f"{run_id}:{requested + 1}", 30)
-            until(partial(_ended, run_id), 30, every=0.005)
-            steps = workflow_steps(str(run_id))
-            resume = min(
-                (s["function_id"] for s in steps if s["function_name"] == "gate.resume"),
-                default=None,
-            )
-            recvs = [
-                s
-                for s in steps
-                if s["function_name"] == "DBOS.recv" and resume and s["function_id"] < resume
-            ]
-            if recvs and recvs[-1]["completed_at_epoch_ms"]:
-                out.append(recvs[-1]["completed_at_epoch_ms"] / 1000 - epoch)
+        try:
+            for run_id in run_ids:
+                approval = Approval.objects.get(run_id=run_id, status="pending")
+                requested = Step.objects.get(
+                    run_id=run_id, kind="approval", tool_call_id=approval.tool_call_id
+                ).seq
+                sent.clear()
+                epoch = time.time()
+                approval_decide(
+                    approval=approval, user=who[approval.merchant_id], approve=True, reason="bench"
+                )
+                if sent:
+                    self.decided_s.append(sent[0] - epoch)
+                    epoch = sent[0] if from_send else epoch
+                self.listener.wait_for(f"{run_id}:{requested + 1}", 30)
+                until(partial(_ended, run_id), 30, every=0.005)
+                steps = workflow_steps(str(run_id))
+                resume = min(
+                    (s["function_id"] for s in steps if s["function_name"] == "gate.resume"),
+                    default=None,
+                )
+                recvs = [
+                    s
+                    for s in steps
+                    if s["function_name"] == "DBOS.recv" and resume and s["function_id"] < resume
+                ]
+                if recvs and recvs[-1]["completed_at_epoch_ms"]:
+                    out.append(recvs[-1]["completed_at_epoch_ms"] / 1000 - epoch)
+        finally:
+            dbos_client.send_decision = send
         return out
 
     def close(self) -> None:

@@ -11,8 +11,11 @@ of load on this shared machine falls on all of them), medians over the rounds:
 - ``commits_per_run`` — transactions that wrote (each takes a transaction id), idle
   background writes subtracted; ``bytes_per_run`` — WAL bytes, idle subtracted;
 - ``wake_p95_ms`` — with ``parked`` runs of that system waiting for their approval: the
-  decision sent → the run going on (DBOS: its ``recv`` returned; LangGraph: the resumed
-  graph reaching the refund);
+  decision sent → the run going on (Deskhand and DBOS: its ``recv`` returned; LangGraph: the
+  resumed graph reaching the refund). Deskhand's is timed from ``send_decision``, after the
+  person's decision committed; that decision's own work (``approval_decide`` up to its
+  send: who may decide, the row lock, DBOS's view of the workflow, the audit row) is
+  ``wake_decide_p95_ms`` beside it;
 - ``crash_refunds`` — refunds after a SIGKILL between the refund's commit and the step's
   record, then a restart (``tests.devtools.bench.peer_crash``; Deskhand: the crash sweep's
   ``after_commit:issue_refund`` on NW-1).
@@ -266,7 +269,8 @@ class Peers:
 
     def wake(self, parked: int, wakes: int) -> dict[str, float | None]:
         """Park ``parked`` runs of each system at their approval, then wake ``wakes`` of them
-        one at a time; the p95 of each system's wakes (ms)."""
+        one at a time; the p95 of each system's wakes (ms), and as ``deskhand_decide`` the p95
+        of Deskhand's ``approval_decide`` alone (the start of its wake)."""
         from dbos import DBOS
 
         from deskhand.dbos.client import workflow_steps
@@ -280,8 +284,13 @@ class Peers:
             lambda: all(self._pending_approval(i) for i in ids), max(300.0, parked), every=1.0
         ):
             raise RuntimeError("the Deskhand runs did not all park")
-        lat = self.inproc._wake(ids[:wakes], owners())
+        # Timed from the decision's send, as bare DBOS's below; the person's decision before
+        # it (authority, row lock, audit, commit) is Deskhand's own and printed beside it.
+        self.inproc.decided_s.clear()
+        lat = self.inproc._wake(ids[:wakes], owners(), from_send=True)
         out["deskhand"] = round(pct(lat, 95) * 1000, 1) if lat else None
+        decided = self.inproc.decided_s
+        out["deskhand_decide"] = round(pct(decided, 95) * 1000, 1) if decided else None
         # Bare DBOS: send → recv returned.
         self.progress.phase(f"peers: parking {parked} bare DBOS workflows")
         ids = self.dbos_start(parked)
