@@ -240,10 +240,11 @@ class Loop:
         refused = self._unasked(call, opened)
         if refused is not None:
             return refused
-        approval_id, status = opened["approval_id"], opened["status"]
-        expires_at, seq = opened["expires_at"], self.next_seq()
+        approval_id, seq = opened["approval_id"], self.next_seq()
+        # A merchant's rule may have decided already: then the resume reads it at once.
+        pending, expires_at = opened["status"] == "pending", opened["expires_at"]
         while True:
-            if status == "pending":
+            if pending:
                 # Until the stored expires_at, so a restart never extends the wait.
                 await self.rt.wait(opened["topic"], dt.datetime.fromisoformat(expires_at))
             verdict = await self.rt.step(
@@ -251,7 +252,8 @@ class Loop:
             )
             if verdict["verdict"] != "pending":
                 return await self._act(call, approval_id, verdict)
-            status, expires_at = "pending", verdict["expires_at"]
+            # The wake was no decision: wait again, until the expiry the row holds now.
+            pending, expires_at = True, verdict["expires_at"]
 
     def _unasked(self, call: dict[str, Any], request: dict[str, Any]) -> dict[str, Any] | None:
         """The request's output when nobody is asked: the result the model reads, or the end

@@ -387,6 +387,33 @@ def _pending_approval(run_id: str, timeout: float = 60.0) -> Approval:
     raise AssertionError(f"run {run_id} never reached its gate")
 
 
+def _deployed_and_approved(fixture: dict[str, Any], run_id: str) -> Run:
+    """The deploy — the parked run moved to this release's version, as docs/deploys.md
+    does, and this code's executor started — then the owner's approval of the run's pending
+    refund: the run once it has ended."""
+    if fixture["application_version"] != settings.DESKHAND_APP_VERSION:
+        assert runs_move_version(from_version=fixture["application_version"]) == [run_id]
+    ensure_in_process_executor()
+    approval_decide(
+        approval=_pending_approval(run_id),
+        user=user("owner@northwind.test"),
+        approve=True,
+        channel="cli",
+    )
+    return _wait_finished(run_id)
+
+
+def _refunded_once_over(run: Run, recorded: dict[int, tuple[str, str | None]]) -> dict[int, Any]:
+    """The run succeeded with one refund of NW-1042 over its recorded checkpoints, each
+    still there unchanged; its checkpoints now."""
+    assert (run.status, run.stop_reason) == ("succeeded", "end_turn"), run.summary
+    assert [r.amount_cents for r in Refund.objects.filter(order__reference="NW-1042")] == [3800]
+    assert Refund.objects.count() == 1
+    final = _checkpoints(str(run.pk))
+    assert all(final[fid] == checkpoint for fid, checkpoint in recorded.items())
+    return final
+
+
 @pytest.mark.parametrize("recorded_as", ["nw1_at_gate_one_step.json", "nw1_mid_turn_one_step.json"])
 def test_a_run_parked_by_the_release_before_agent_by_concept_finishes(
     executor_stopped, model_calls, recorded_as
@@ -400,22 +427,9 @@ def test_a_run_parked_by_the_release_before_agent_by_concept_finishes(
     run_id = parked_fixture.load(parked_fixture.aged(fixture, 2), executor_id=IN_PROCESS_EXECUTOR)
     assert health_report().legacy_turn_runs == 0  # one-step turns: not the older path
     recorded = _checkpoints(run_id)
-    if fixture["application_version"] != settings.DESKHAND_APP_VERSION:
-        assert runs_move_version(from_version=fixture["application_version"]) == [run_id]
-    ensure_in_process_executor()
-    approval_decide(
-        approval=_pending_approval(run_id),
-        user=user("owner@northwind.test"),
-        approve=True,
-        channel="cli",
-    )
-    run = _wait_finished(run_id)
+    run = _deployed_and_approved(fixture, run_id)
 
-    assert (run.status, run.stop_reason) == ("succeeded", "end_turn"), run.summary
-    assert [r.amount_cents for r in Refund.objects.filter(order__reference="NW-1042")] == [3800]
-    assert Refund.objects.count() == 1
-    final = _checkpoints(run_id)
-    assert all(final[fid] == checkpoint for fid, checkpoint in recorded.items())
+    final = _refunded_once_over(run, recorded)
     recorded_turns = [name for name, _ in recorded.values()].count("model")
     new_turns = [name for fid, (name, _) in final.items() if fid not in recorded].count("model")
     assert recorded_turns >= 2 and new_turns >= 1
@@ -446,22 +460,9 @@ def test_a_run_parked_at_the_five_operation_gate_keeps_that_gate_and_finishes(
     ]
     run_id = parked_fixture.load(parked_fixture.aged(fixture, 2), executor_id=IN_PROCESS_EXECUTOR)
     recorded = _checkpoints(run_id)
-    if fixture["application_version"] != settings.DESKHAND_APP_VERSION:
-        assert runs_move_version(from_version=fixture["application_version"]) == [run_id]
-    ensure_in_process_executor()
-    approval_decide(
-        approval=_pending_approval(run_id),
-        user=user("owner@northwind.test"),
-        approve=True,
-        channel="cli",
-    )
-    run = _wait_finished(run_id)
+    run = _deployed_and_approved(fixture, run_id)
 
-    assert (run.status, run.stop_reason) == ("succeeded", "end_turn"), run.summary
-    assert [r.amount_cents for r in Refund.objects.filter(order__reference="NW-1042")] == [3800]
-    assert Refund.objects.count() == 1
-    final = _checkpoints(run_id)
-    assert all(final[fid] == checkpoint for fid, checkpoint in recorded.items())
+    final = _refunded_once_over(run, recorded)
     later = [name for fid, (name, _) in sorted(final.items()) if fid not in recorded]
     assert "DBOS.patch-two-step-gate" not in later
     # The refund's resume, then the reply's whole older gate.

@@ -87,7 +87,6 @@ class InProcess:
         self.out = out
         self.listener = Listener(conninfo)
         self.lines: list[str] = []
-        self.decided_s: list[float] = []  # each wake's approval_decide, start to return
 
     def say(self, line: str) -> None:
         self.lines.append(line)
@@ -369,7 +368,7 @@ class InProcess:
             if on_customers:
                 wakes, steps = customers.wake(woken)
             else:
-                wakes, steps = self._wake(woken, owners()), []
+                wakes, steps = self._wake(woken, owners())[0], []
             parked_ids = parked_ids[wake:]
             point = {
                 "parked": level,
@@ -437,12 +436,12 @@ class InProcess:
 
     def _wake(
         self, run_ids: list[Any], who: dict[int, Any], from_send: bool = False
-    ) -> list[float]:
-        """Decide → the run's ``recv`` returned (DBOS's own clock), one run at a time.
+    ) -> tuple[list[float], list[float]]:
+        """Decide → the run's ``recv`` returned (DBOS's own clock), one run at a time; and
+        each decision's own work, ``approval_decide`` up to its send.
 
-        ``from_send``: from the decision's send instead (``dbos_client.send_decision``
-        called), as bare DBOS's wake is timed in ``bench --peers``; the decision's own
-        transaction before it goes to ``decided_s`` either way."""
+        ``from_send``: the wake from the decision's send instead (``dbos_client.send_decision``
+        called), as bare DBOS's wake is timed in ``bench --peers``."""
         from agent.models import Step
         from approvals.models import Approval
         from approvals.services import approval_decide
@@ -457,7 +456,7 @@ class InProcess:
             send(**kw)
 
         dbos_client.send_decision = timed_send
-        out = []
+        out, decided = [], []
         try:
             for run_id in run_ids:
                 approval = Approval.objects.get(run_id=run_id, status="pending")
@@ -470,7 +469,7 @@ class InProcess:
                     approval=approval, user=who[approval.merchant_id], approve=True, reason="bench"
                 )
                 if sent:
-                    self.decided_s.append(sent[0] - epoch)
+                    decided.append(sent[0] - epoch)
                     epoch = sent[0] if from_send else epoch
                 self.listener.wait_for(f"{run_id}:{requested + 1}", 30)
                 until(partial(_ended, run_id), 30, every=0.005)
@@ -488,7 +487,7 @@ class InProcess:
                     out.append(recvs[-1]["completed_at_epoch_ms"] / 1000 - epoch)
         finally:
             dbos_client.send_decision = send
-        return out
+        return out, decided
 
     def close(self) -> None:
         self.listener.close()

@@ -286,10 +286,8 @@ class Peers:
             raise RuntimeError("the Deskhand runs did not all park")
         # Timed from the decision's send, as bare DBOS's below; the person's decision before
         # it (authority, row lock, audit, commit) is Deskhand's own and printed beside it.
-        self.inproc.decided_s.clear()
-        lat = self.inproc._wake(ids[:wakes], owners(), from_send=True)
+        lat, decided = self.inproc._wake(ids[:wakes], owners(), from_send=True)
         out["deskhand"] = round(pct(lat, 95) * 1000, 1) if lat else None
-        decided = self.inproc.decided_s
         out["deskhand_decide"] = round(pct(decided, 95) * 1000, 1) if decided else None
         # Bare DBOS: send → recv returned.
         self.progress.phase(f"peers: parking {parked} bare DBOS workflows")
