@@ -370,6 +370,13 @@ DESKHAND_INBOUND_WEBHOOK_TOLERANCE_SECONDS = env_int(
 # The raw bytes of a processed message are dropped after this many days (the thread keeps
 # its text); a message no merchant owned is deleted after as long.
 DESKHAND_INBOUND_RAW_RETENTION_DAYS = env_int("DESKHAND_INBOUND_RAW_RETENTION_DAYS", 30)
+# Intake workflows (a stored message processed, a customer's line routed) a worker runs at
+# once: a burst of mail waits on the queue rather than taking every thread.
+DESKHAND_INTAKE_CONCURRENCY = env_int("DESKHAND_INTAKE_CONCURRENCY", 8)
+# A stored message still unprocessed, or a customer's line still unrouted, this long after
+# it was committed is re-driven by the worker's sweep (its own enqueue may have been lost
+# to a crash). Short on purpose: a second enqueue under the same workflow id is harmless.
+DESKHAND_INTAKE_GRACE_SEC = env_int("DESKHAND_INTAKE_GRACE_SEC", 5)
 # django-anymail: the Mailgun webhook signing key (Mailgun's "HTTP webhook signing key").
 ANYMAIL = {
     "MAILGUN_WEBHOOK_SIGNING_KEY": os.environ.get("DESKHAND_MAILGUN_WEBHOOK_SIGNING_KEY", ""),

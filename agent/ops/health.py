@@ -17,6 +17,10 @@
   way (``agent.run.legacy_turns``); at 0 that path can be retired (docs/deploys.md);
 * **effects** — open reconciliation findings (the ledger and a payment provider disagree,
   ``agent.effects.provider_reconciliation``) by kind and merchant, and claims still pending at a provider;
+* **intake** — stored mail not yet processed and customer lines not yet routed, past the
+  grace period (``agent.customer.intake``), the oldest one's age, how many the sweep re-drove
+  in the last day (each a hand-on a crash lost), and how many are stuck (their workflows
+  ended through every re-drive without doing it: a person must look);
 * **workflows** — what was done to runs' workflows with DBOS's own tools and what became
   of it (a fork adopted as a run or refused, a resumed workflow of a closed run stopped
   again, an open run whose workflow ended), open findings with their sentences and the
@@ -34,6 +38,7 @@ from typing import Any
 
 from django.db import connection
 
+from agent.customer.intake import intake_summary
 from agent.effects.selectors import findings_summary
 from agent.models import Run, RunStatus
 from agent.run.workflow_findings import workflow_findings_summary
@@ -74,6 +79,7 @@ class Report:
     unserved_versions: dict[str, int] = field(default_factory=dict)
     effects: dict[str, Any] = field(default_factory=dict)
     workflows: dict[str, Any] = field(default_factory=dict)
+    intake: dict[str, Any] = field(default_factory=dict)
     legacy_turn_runs: int = 0
 
     @property
@@ -92,6 +98,7 @@ class Report:
             and not self.unserved_versions
             and not self.effects.get("open")
             and not self.workflows.get("open")
+            and not self.intake.get("stuck")
         )
 
     def as_dict(self) -> dict[str, Any]:
@@ -235,6 +242,7 @@ def health_report(stuck_after: dt.timedelta = STUCK_AFTER) -> Report:
     report.stuck_runs = _stuck(now, stuck_after)
     report.effects = findings_summary()
     report.workflows = workflow_findings_summary()
+    report.intake = intake_summary(now)
     # The older path records a bounds check of its own each turn; one-step turns never do.
     report.legacy_turn_runs = dbos_client.active_runs_with_step(StepName.BOUNDS_CHECK)
     return report

@@ -15,8 +15,11 @@ its words is, in batches:
    amounts, orders, times, approvers and argument hashes.
 
 The run page then says what was redacted and when; replay and fork refuse it.
-Finally the sweeps' own history (one workflow per firing, a minute apart for the
-escalation sweep) is trimmed to ``DESKHAND_SWEEP_HISTORY_DAYS``.
+Then inbound mail's raw bytes past ``DESKHAND_INBOUND_RAW_RETENTION_DAYS`` are dropped
+(``deskhand.mail.retention.inbound_prune``; the row keeps its facts). Finally the sweeps'
+own history (one workflow per firing, a minute apart for the escalation sweep) and the
+intake's (one workflow per message and per line; they carry ids, never words) are trimmed
+to ``DESKHAND_SWEEP_HISTORY_DAYS``.
 
 Each run is its own transaction, and the sweep is idempotent: a sweep that dies
 half way is simply finished by the next one.
@@ -35,12 +38,14 @@ from agent.models import TERMINAL_STATUSES, Run
 from agent.privacy.models import RedactionReason
 from agent.privacy.redaction import RedactionRefused, run_redact
 from deskhand.dbos import client as dbos_client
+from deskhand.dbos.names import CUSTOMER_LINE_WORKFLOW, INBOUND_WORKFLOW
 from deskhand.desk.models import Merchant
+from deskhand.mail.retention import inbound_prune
 
 log = logging.getLogger(__name__)
 
-# The scheduled workflows whose firings are trimmed (deskhand.dbos.engine.schedules, deskhand.dbos.engine.schedules,
-# deskhand.dbos.engine.schedules): every schedule the worker registers (a test holds that).
+# The scheduled workflows whose firings are trimmed (deskhand.dbos.engine.schedules): every
+# schedule the worker registers (a test holds that).
 SWEEP_WORKFLOWS = [
     "approvals.escalation_sweep",
     "privacy.retention_sweep",
@@ -91,9 +96,14 @@ def retention_sweep(*, now: dt.datetime, batch: int = 200) -> dict[str, Any]:
                     report["left_for_later"] += 1
                     continue
                 report["runs_redacted"] += 1
-    report["sweep_history_deleted"] = dbos_client.delete_workflow_history(
-        SWEEP_WORKFLOWS, now - dt.timedelta(days=settings.DESKHAND_SWEEP_HISTORY_DAYS)
+    pruned = inbound_prune(now=now)
+    report["inbound_raw_emptied"] = pruned["emptied"]
+    report["inbound_deleted"] = pruned["deleted"]
+    before = now - dt.timedelta(days=settings.DESKHAND_SWEEP_HISTORY_DAYS)
+    report["sweep_history_deleted"] = dbos_client.delete_workflow_history(SWEEP_WORKFLOWS, before)
+    report["intake_history_deleted"] = dbos_client.delete_workflow_history(
+        [INBOUND_WORKFLOW, CUSTOMER_LINE_WORKFLOW], before
     )
-    if report["runs_redacted"] or report["sweep_history_deleted"]:
+    if any(v for k, v in report.items() if k != "left_for_later"):
         log.info("retention sweep as of %s: %s", now.isoformat(), report)
     return report

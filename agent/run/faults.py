@@ -43,8 +43,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import os
-import signal
 import threading
 import time
 import uuid
@@ -53,6 +51,7 @@ from typing import Any
 
 from agent.providers.base import ModelReply
 from agent.tools.registry import ToolError
+from deskhand import crashpoints
 
 KINDS = ("error", "exception", "kill", "latency", "garbage", "hostile")
 _BEFORE = ("error", "exception", "kill", "latency")
@@ -104,38 +103,18 @@ class Fault:
 
 
 _lock = threading.Lock()
-_hooks: dict[tuple[str, str], Callable[[], None]] = {}
 _faults: list[Fault] = []
 
 
 # --- crash points ---------------------------------------------------------------
 
 
-def install(point: str, target: str, action: Callable[[], None]) -> None:
-    _hooks[(point, target)] = action
-
-
-def kill_at(point: str, target: str, nth: int = 1) -> None:
-    """SIGKILL this process the ``nth`` time it reaches ``point`` for ``target``."""
-    count = {"n": 0}
-
-    def action() -> None:
-        count["n"] += 1
-        if count["n"] == nth:
-            sigkill_self()
-
-    install(point, target, action)
-
-
-def at(point: str, target: str) -> None:
-    action = _hooks.get((point, target)) or _hooks.get((point, "*"))
-    if action is not None:
-        action()
-
-
-def sigkill_self() -> None:
-    """Die the way a power cut kills a worker: no cleanup, no checkpoint."""
-    os.kill(os.getpid(), signal.SIGKILL)
+install, kill_at, at, sigkill_self = (
+    crashpoints.install,
+    crashpoints.kill_at,
+    crashpoints.at,
+    crashpoints.sigkill_self,
+)
 
 
 # --- faults -----------------------------------------------------------------------
@@ -144,12 +123,12 @@ def sigkill_self() -> None:
 def clear() -> None:
     """Remove every crash point and fault."""
     with _lock:
-        _hooks.clear()
+        crashpoints.clear()
         _faults.clear()
 
 
 def active() -> bool:
-    return bool(_hooks or _faults)
+    return crashpoints.installed() or bool(_faults)
 
 
 @contextlib.contextmanager

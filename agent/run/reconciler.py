@@ -24,6 +24,7 @@ import logging
 
 from django.utils import timezone
 
+from agent.customer.intake import intake_sweep
 from agent.customer.sweep import customer_waits_sweep
 from agent.models import (
     ACTIVE_STATUSES,
@@ -52,6 +53,7 @@ from approvals.outbox import outbox_send_due
 from approvals.services import approval_send
 from deskhand.apikeys.relay import replies_relay
 from deskhand.dbos import client as dbos_client
+from deskhand.desk.models import Routing, TicketMessage
 
 log = logging.getLogger(__name__)
 
@@ -70,6 +72,7 @@ def reconcile(now: dt.datetime | None = None) -> dict[str, int]:
     now = now or timezone.now()
     counts = {
         "enqueue_lost": 0,
+        "line_runs_enqueued": 0,
         "error": 0,
         "cancelled": 0,
         "recovery_exhausted": 0,
@@ -90,6 +93,13 @@ def reconcile(now: dt.datetime | None = None) -> dict[str, int]:
     for run_id in dbos_client.runs_without_workflow(
         run_table=table, status=str(RunStatus.QUEUED), created_before=now - ENQUEUE_GRACE
     ):
+        if opened_by_a_line(run_id):
+            # A customer's line opened it: started late, never failed for a lost hand-on.
+            slug = Run.objects.filter(pk=run_id).values_list("merchant__slug", flat=True).first()
+            if slug is not None:
+                dbos_client.enqueue_run(run_id=run_id, partition_key=slug)
+                counts["line_runs_enqueued"] += 1
+            continue
         if run_mark_failed(
             run_id=run_id,
             reason=StopReason.ENQUEUE_LOST,
@@ -136,8 +146,30 @@ def reconcile(now: dt.datetime | None = None) -> dict[str, int]:
     counts["notes_resent"] = resend_undelivered_notes(now)
     counts.update(notifications_sweep(now))
     counts.update(helpdesk_sweep(now))
+    counts.update(intake_sweep_safe(now))
     counts["customers_woken"] = customer_waits_sweep()
     return counts
+
+
+def intake_sweep_safe(now: dt.datetime) -> dict[str, int]:
+    """Re-drive stored mail and customer lines left waiting (``agent.customer.intake``); a
+    failure never stops the rest, and the next pass tries again."""
+    try:
+        return intake_sweep(now)
+    except Exception:
+        log.exception("the intake sweep failed; the next pass retries")
+        return {"inbound_redriven": 0, "lines_redriven": 0, "intake_stuck": 0}
+
+
+def opened_by_a_line(run_id: str) -> bool:
+    """Whether a customer's line opened this run (``agent.customer.route``).
+
+    Such a run is enqueued by the line's routing step after its commit. Nobody waits on the
+    other side of that hand-on (the customer was answered when the mail was stored), so a
+    hand-on lost to a crash is made here, late, instead of failing the run as "never handed
+    to a worker": the automatic run the line should have opened exists, once, and runs.
+    """
+    return TicketMessage.objects.filter(routed_run_id=run_id, routing=Routing.OPENED).exists()
 
 
 def forks_made_outside() -> dict[str, int]:

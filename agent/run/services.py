@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
+import uuid
 from typing import Any
 
 from django.conf import settings
@@ -76,11 +77,13 @@ def run_create(
     channel: str = Channel.CLI,
     provider: tuple[str, str] | None = None,
     detail: dict[str, Any] | None = None,
+    run_id: uuid.UUID | None = None,
 ) -> Run:
     """Create the Run row (the one open run per ticket is enforced by a partial unique index).
 
     ``user=None`` is the system starting it on the merchant's own setting (a customer's
-    message, ``agent.customer.route``): audited with no actor, ``detail`` saying why.
+    message, ``agent.customer.route``): audited with no actor, ``detail`` saying why;
+    ``run_id`` is then derived from the customer's line, so a line opens one run ever.
     """
     if user is not None:
         require_actor(user, ticket.merchant_id, "start runs")
@@ -94,6 +97,7 @@ def run_create(
     try:
         with transaction.atomic():
             run = Run.objects.create(
+                id=run_id or uuid.uuid4(),
                 merchant_id=ticket.merchant_id,
                 ticket=ticket,
                 started_by=user,

@@ -26,11 +26,16 @@ from django.conf import settings
 from django.db import connections
 
 from deskhand.dbos.names import (
+    CUSTOMER_LINE_WORKFLOW,
+    INBOUND_WORKFLOW,
+    INTAKE_QUEUE,
     QUEUE_CHANNEL,
     RUN_WORKFLOW,
     STEER_TOPIC,
     approval_topic,
     customer_topic,
+    inbound_workflow_id,
+    line_workflow_id,
 )
 
 if TYPE_CHECKING:
@@ -224,6 +229,66 @@ def enqueue_run(*, run_id: str, partition_key: str) -> None:
     notify_queue()
 
 
+SWEEP_USER = "deskhand.intake-sweep"
+"""Recorded as the ``authenticated_user`` of an intake workflow the sweep enqueued: health
+counts the re-drives by it (DBOS keeps it with the workflow)."""
+
+
+def _enqueue_intake(
+    workflow_name: str, workflow_id: str, pk: int, merchant_id: int, by_sweep: bool
+) -> None:
+    options: Any = {
+        "workflow_name": workflow_name,
+        "queue_name": INTAKE_QUEUE,
+        "workflow_id": workflow_id,
+        "app_version": settings.DESKHAND_APP_VERSION,
+        # One at a time per merchant, in the order they came: a reply is never threaded
+        # before the message it answers (deskhand.dbos.engine.queues).
+        "queue_partition_key": str(merchant_id),
+    }
+    if by_sweep:
+        options["authenticated_user"] = SWEEP_USER
+    client().enqueue(options, pk)
+    notify_queue()
+
+
+def enqueue_inbound(
+    inbound_id: int, merchant_id: int, attempt: int = 0, *, by_sweep: bool = False
+) -> None:
+    """Queue the intake workflow of a stored message (the same id twice is one workflow)."""
+    _enqueue_intake(
+        INBOUND_WORKFLOW,
+        inbound_workflow_id(inbound_id, attempt),
+        inbound_id,
+        merchant_id,
+        by_sweep,
+    )
+
+
+def enqueue_line(
+    line_id: int, merchant_id: int, attempt: int = 0, *, by_sweep: bool = False
+) -> None:
+    """Queue the routing workflow of a customer's line (the same id twice is one workflow)."""
+    _enqueue_intake(
+        CUSTOMER_LINE_WORKFLOW, line_workflow_id(line_id, attempt), line_id, merchant_id, by_sweep
+    )
+
+
+def intake_redriven_since(since: dt.datetime) -> int:
+    """Intake workflows the sweep enqueued since ``since`` (each one a hand-on that was lost)."""
+    with connections["default"].cursor() as cur:
+        cur.execute(
+            "SELECT count(*) FROM dbos.workflow_status WHERE name = ANY(%s)"
+            " AND authenticated_user = %s AND created_at >= %s",
+            [
+                [INBOUND_WORKFLOW, CUSTOMER_LINE_WORKFLOW],
+                SWEEP_USER,
+                int(since.timestamp() * 1000),
+            ],
+        )
+        return int(cur.fetchone()[0])
+
+
 def fork_run_workflow(
     *, source_run_id: str, start_step: int, fork_run_id: str, partition_key: str
 ) -> None:
@@ -323,6 +388,34 @@ def runs_without_workflow(*, run_table: str, status: str, created_before: dt.dat
             [status, created_before],
         )
         return [r[0] for r in cur.fetchall()]
+
+
+def intake_workflow_states(base_ids: list[str]) -> dict[str, list[str]]:
+    """Each intake workflow id's statuses: its own, then its re-drives' (``<id>-r<n>``), in order.
+
+    An id with no workflow at all is absent. Asked only of rows the sweep found waiting, so
+    the re-drives' prefix match runs over a handful of ids, never over DBOS's whole table.
+    """
+    if not base_ids:
+        return {}
+    out: dict[str, list[str]] = {}
+    with connections["default"].cursor() as cur:
+        cur.execute(
+            "SELECT workflow_uuid, status FROM dbos.workflow_status WHERE workflow_uuid = ANY(%s)",
+            [base_ids],
+        )
+        for wid, status in cur.fetchall():
+            out[wid] = [status]
+        ended = [w for w, (status,) in out.items() if status not in ACTIVE_WORKFLOW_STATES]
+        if ended:
+            cur.execute(
+                "SELECT workflow_uuid, status FROM dbos.workflow_status"
+                " WHERE workflow_uuid LIKE ANY(%s) ORDER BY created_at",
+                [[f"{w}-r%" for w in ended]],
+            )
+            for wid, status in cur.fetchall():
+                out.setdefault(wid.rsplit("-r", 1)[0], []).append(status)
+    return out
 
 
 def runs_with_active_workflow(

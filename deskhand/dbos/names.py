@@ -22,6 +22,14 @@ RUN_WORKFLOW = "deskhand.run"
 LIMITED_CALL_WORKFLOW = "deskhand.limited_call"
 """A run's rate-limited model call: a child workflow on its provider's queue."""
 
+INBOUND_WORKFLOW = "deskhand.inbound"
+"""A stored inbound message processed: threaded, then its customer's line routed. Its id is
+``inbound_workflow_id(row pk)``."""
+
+CUSTOMER_LINE_WORKFLOW = "deskhand.customer_line"
+"""A customer's line that came in another way (the API, a help desk) routed: a waiting run
+woken or an automatic run opened. Its id is ``line_workflow_id(line pk)``."""
+
 ESCALATION_WORKFLOW = "approvals.escalation_sweep"
 RECONCILIATION_WORKFLOW = "effects.reconciliation"
 RETENTION_WORKFLOW = "privacy.retention_sweep"
@@ -54,6 +62,18 @@ def customer_topic(ticket_id: int | str) -> str:
     return f"customer:{ticket_id}"
 
 
+def inbound_workflow_id(inbound_id: int, attempt: int = 0) -> str:
+    """The intake workflow of stored message ``inbound_id``: one per row, so a second
+    enqueue (a re-delivery, the sweep) is the same workflow. ``attempt`` > 0 is a re-drive
+    of a row whose workflow ended without processing it (``agent.customer.intake``)."""
+    return f"inbound-{inbound_id}" + (f"-r{attempt}" if attempt else "")
+
+
+def line_workflow_id(line_id: int, attempt: int = 0) -> str:
+    """The routing workflow of customer line ``line_id`` (see ``inbound_workflow_id``)."""
+    return f"line-{line_id}" + (f"-r{attempt}" if attempt else "")
+
+
 def limited_reply_topic(child_workflow_id: str) -> str:
     return f"{LIMITED_TOPIC}:{child_workflow_id}"
 
@@ -66,6 +86,10 @@ def model_queue_name(provider: str) -> str:
     ``DESKHAND_QUEUE`` setting, ``deskhand-runs``)."""
     return f"model-{provider}"
 
+
+INTAKE_QUEUE = "deskhand-intake"
+"""Where stored messages and customer lines wait for a worker: unpartitioned, its own so a
+burst of mail never waits behind runs (and runs never behind a burst)."""
 
 QUEUE_CHANNEL = "deskhand_queue"
 """The Postgres channel workers LISTEN on: a NOTIFY starts their queue poll at once."""

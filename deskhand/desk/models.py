@@ -364,6 +364,16 @@ class MessageDirection(models.TextChoices):
     INTERNAL = "internal", "internal"
 
 
+class Routing(models.TextChoices):
+    """What a customer's line did to runs (``TicketMessage.routing``); "" for lines no
+    channel asked to route (the seed's, notes, what we sent)."""
+
+    PENDING = "pending", "not routed yet"
+    WOKE = "woke", "woke the run waiting for the customer"
+    OPENED = "opened", "opened a run"
+    NONE = "none", "started nothing"
+
+
 class TicketMessage(models.Model):
     """One line of a ticket's thread: the customer's words, what they were told, staff notes.
 
@@ -416,6 +426,17 @@ class TicketMessage(models.Model):
     sent_at = models.DateTimeField(null=True, blank=True)
     received_at = models.DateTimeField(null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
+    # A customer's line comes in ``pending``; once routed (``agent.customer.route``) it says
+    # what it did to runs, written in the routing transaction. The sweep re-drives a line
+    # still pending after a grace period.
+    routed_at = models.DateTimeField(null=True, blank=True)
+    routing = models.CharField(
+        max_length=8, choices=Routing.choices, blank=True, default="", db_default=""
+    )
+    routing_detail = models.CharField(max_length=300, blank=True, default="", db_default="")
+    routed_run = models.ForeignKey(
+        "agent.Run", null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
 
     class Meta:
         ordering = ["created_at", "id"]
@@ -430,7 +451,13 @@ class TicketMessage(models.Model):
         indexes = [
             models.Index(
                 fields=["message_id"], condition=~Q(message_id=""), name="thread_message_id"
-            )
+            ),
+            # The sweep's question, "lines not routed yet": small, whatever the threads' size.
+            models.Index(
+                fields=["created_at"],
+                condition=Q(routing="pending"),
+                name="thread_line_unrouted",
+            ),
         ]
 
     def __str__(self) -> str:

@@ -34,6 +34,7 @@ from deskhand.desk.models import (
     Merchant,
     MessageDirection,
     MessageKind,
+    Routing,
     SupportAddress,
     Ticket,
     TicketMessage,
@@ -46,8 +47,9 @@ customer_wrote = Signal()
 """Sent once a customer's new line on a thread is committed (``message_id``: its pk).
 
 The desk cannot know what runs do (they sit above it); the agent connects
-``agent.customer.route.customer_message_route`` here, so a message from any channel
-(mail, the API) wakes the run waiting for it or opens one as the merchant allows."""
+``agent.customer.route.on_customer_wrote`` here, which hands the line to its routing
+workflow, so a message from any channel (the API, a help desk) wakes the run waiting for it
+or opens one as the merchant allows. Mail routes its lines in its own intake workflow."""
 _TOKEN_SALT = "deskhand.desk.thread.reply_token"
 _SUBJECT_REF = re.compile(r"\[#\s*([A-Za-z][A-Za-z0-9]{0,7}-[0-9]{1,9})\s*\]")
 _MESSAGE_ID = re.compile(r"<[^<>\s]{1,246}>")
@@ -233,11 +235,14 @@ def thread_customer_message_add(
     automated: str = "",
     sent_at: dt.datetime | None = None,
     received_at: dt.datetime | None = None,
+    announce: bool = True,
 ) -> TicketMessage:
     """Add the customer's words to the thread (once per Message-ID), reopening a resolved ticket.
 
     A message a machine wrote (``automated``) is shown on the thread but leaves the
     ticket's status alone: an out-of-office answer is not the customer coming back.
+    ``announce=False`` sends no ``customer_wrote``: the caller routes the line itself, as
+    the mail intake's workflow does in its next step.
     """
     if message_id:
         existing = TicketMessage.objects.filter(ticket=ticket, message_id=message_id).first()
@@ -259,10 +264,14 @@ def thread_customer_message_add(
         automated=automated,
         sent_at=sent_at,
         received_at=received_at,
+        routing=Routing.PENDING,
     )
     # Once committed, whatever a customer's message does to runs happens (the agent's
     # ``customer_message_route`` listens): the same for every channel that adds one here.
-    transaction.on_commit(lambda: customer_wrote.send(sender=TicketMessage, message_id=message.pk))
+    if announce:
+        transaction.on_commit(
+            lambda: customer_wrote.send(sender=TicketMessage, message_id=message.pk)
+        )
     if not automated and ticket.status == TicketStatus.RESOLVED:
         Ticket.objects.filter(pk=ticket.pk).update(
             status=TicketStatus.OPEN, updated_at=message.created_at

@@ -1,10 +1,21 @@
-"""Storing an inbound message once; the one function both ways in call.
+"""Storing an inbound message once and handing it to a worker; the one function both ways in call.
 
 ``inbound_received`` is what the webhook and the SMTP receiver call with the raw bytes:
-it stores the message (``inbound_store``) and hands the stored row on
-(``inbound_dispatch``). Today the hand-on processes the row at once, in this process;
-the durable version enqueues a DBOS workflow named after the row's primary key instead,
-in that one place, and nothing else changes.
+it stores the message (``inbound_store``), commits, and hands the row to the intake
+workflow (``inbound_enqueue``: ``deskhand.inbound``, named after the row's primary key, on
+the ``deskhand-intake`` queue). The receiving process does no more: threading, the
+customer's line and what it does to runs happen in that workflow on a worker, as steps,
+so a crash anywhere resumes there (``deskhand.dbos.engine.intake``).
+
+Why enqueue after the commit rather than in the same transaction: DBOS 3.4's
+``enqueue_in_transaction`` takes a SQLAlchemy connection, and Django's atomic block is
+not one (it works only through a proxy of Django's psycopg connection that no-ops commit
+and close, which is no documented API). A lost hand-on — the process dies between the
+commit and the enqueue, or the enqueue fails — leaves a row ``received``; the worker's
+sweep (``agent.customer.intake``) enqueues every such row after a grace period, under the
+same workflow id, so a second enqueue is the same workflow and nothing runs twice. The
+sender is answered only after the commit: a 250/200 is never given for a row that is not
+stored.
 
 Storing decides only what the sender must be told now: which merchant's address it was
 sent to (none: rejected), whether it is over the size limit (rejected, its first bytes
@@ -27,11 +38,12 @@ from django.db import IntegrityError, transaction
 from django.utils import timezone
 from django.utils.crypto import salted_hmac
 
+from deskhand import crashpoints
+from deskhand.dbos import client as dbos_client
 from deskhand.desk.models import SupportAddress
 from deskhand.desk.thread import support_address_find
 from deskhand.mail import parse
 from deskhand.mail.models import InboundEmail, InboundStatus
-from deskhand.mail.process import inbound_process
 
 log = logging.getLogger(__name__)
 
@@ -149,22 +161,19 @@ def inbound_store(
     return row, True
 
 
-def inbound_dispatch(row: InboundEmail) -> InboundEmail:
-    """Have a stored row processed. The one place the durable enqueue will go.
+def inbound_enqueue(row: InboundEmail) -> None:
+    """Hand a stored row to its intake workflow; never raises (the sweep repeats it).
 
-    A row already processed (a duplicate delivery) is left as it is; a row still waiting
-    (its first delivery died between storing and processing) is processed now. A failure
-    while processing is logged and leaves the row waiting: it is stored, so the sender is
-    told it was taken, and nothing is lost.
+    A row already processed (a duplicate delivery) needs nothing. A row still waiting is
+    enqueued under its own workflow id, whether this is its first delivery or a re-delivery
+    of one whose hand-on was lost: the same id is the same workflow.
     """
-    if row.status != InboundStatus.RECEIVED:
-        return row
+    if row.status != InboundStatus.RECEIVED or row.merchant_id is None:
+        return
     try:
-        return inbound_process(row.pk) or row
+        dbos_client.enqueue_inbound(row.pk, row.merchant_id)
     except Exception:
-        log.exception("inbound mail %s was stored but could not be processed", row.pk)
-        row.refresh_from_db()
-        return row
+        log.exception("inbound mail %s was stored; the sweep hands it to a worker", row.pk)
 
 
 def inbound_received(
@@ -175,7 +184,7 @@ def inbound_received(
     envelope_recipients: Sequence[str] = (),
     verdicts: parse.Verdicts | None = None,
 ) -> InboundEmail:
-    """A message arrived (webhook or SMTP): store it once, then have it processed."""
+    """A message arrived (webhook or SMTP): store it once, then hand it to a worker."""
     row, _ = inbound_store(
         raw=raw,
         source=source,
@@ -183,4 +192,7 @@ def inbound_received(
         envelope_recipients=envelope_recipients,
         verdicts=verdicts,
     )
-    return inbound_dispatch(row)
+    crashpoints.at("after_store", "inbound")
+    inbound_enqueue(row)
+    crashpoints.at("after_enqueue", "inbound")
+    return row

@@ -3,8 +3,9 @@
 ``inbound_process(inbound_id)`` is a plain function over one stored row, idempotent: it
 takes the row's lock, does nothing if the row was already processed, and otherwise writes
 its outcome in the same transaction as the thread line it adds. Run twice, or by two
-processes at once, it adds one line. A DBOS workflow calls it as a step (the durable
-intake), named after the row's primary key.
+processes at once, it adds one line. The intake workflow (``deskhand.inbound``, named after
+the row's primary key: ``deskhand.dbos.engine.intake``) calls it as its first step on a
+worker, and routes the customer's line it added as its second.
 
 In order:
 
@@ -166,6 +167,7 @@ def _thread(row: InboundEmail, merchant: Merchant, msg: EmailMessage) -> None:
         automated=automated,
         sent_at=parse.date(msg),
         received_at=row.received_at,
+        announce=False,  # the intake workflow routes the line as its next step
     )
     row.ticket, row.customer = ticket, ticket.customer
     _hold(row, InboundStatus.THREADED, code, row.reason)

@@ -6,7 +6,8 @@ person checking what exactly came in (headers, a rendering the text lost); then 
 are dropped and the row keeps its facts: size, SHA-256, verdicts, status and reason, and
 the keyed Message-ID hash that makes a late re-delivery a duplicate. A message no
 merchant owned is deleted whole after as long. Attachments stay with the thread.
-A row still waiting to be processed is never touched.
+A row still waiting to be processed is never touched. The worker's daily retention
+workflow (``privacy.retention_sweep``, ``agent.privacy.retention``) calls it.
 """
 
 from __future__ import annotations

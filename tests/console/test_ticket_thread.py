@@ -8,9 +8,8 @@ import re
 
 from deskhand.desk import services
 from deskhand.desk.models import Ticket
-from deskhand.mail.intake import inbound_received
 from tests.console.conftest import client_for
-from tests.mail.conftest import DANA, mail
+from tests.mail.conftest import DANA, mail, received
 
 
 def test_the_ticket_page_shows_the_thread_as_a_conversation(seeded):
@@ -25,8 +24,8 @@ def test_the_ticket_page_shows_the_thread_as_a_conversation(seeded):
         ledger_entry_id=None,
         message_id="<r1.deskhand@northwind.test>",
     )
-    inbound_received(
-        raw=mail(
+    received(
+        mail(
             sender=f"Dana Whitfield <{DANA}>",
             subject="Re: Your refund",
             body="Thank you!\n\nOn Fri, Northwind Coffee wrote:\n> We refunded 38.00 USD.",
@@ -36,8 +35,8 @@ def test_the_ticket_page_shows_the_thread_as_a_conversation(seeded):
         source="smtp",
         envelope_recipients=["support@northwind.test"],
     )
-    inbound_received(
-        raw=mail(
+    received(
+        mail(
             sender=DANA,
             subject="Out of office",
             headers={"Auto-Submitted": "auto-replied", "In-Reply-To": first_id},

@@ -8,14 +8,14 @@ from __future__ import annotations
 
 from deskhand.desk import services
 from deskhand.desk.models import Merchant, Ticket, TicketMessage
-from deskhand.mail.intake import HEAD_BYTES, inbound_received
+from deskhand.mail.intake import HEAD_BYTES
 from deskhand.mail.models import Automated, InboundEmail, InboundStatus
 from deskhand.mail.parse import Verdicts
-from tests.mail.conftest import DANA, NORTHWIND, mail
+from tests.mail.conftest import DANA, NORTHWIND, mail, received
 
 
 def receive(raw: bytes, *, envelope_sender: str | None = "x@example.org", **kwargs) -> InboundEmail:
-    row = inbound_received(raw=raw, source="smtp", envelope_sender=envelope_sender, **kwargs)
+    row = received(raw, envelope_sender=envelope_sender, **kwargs)
     stored = InboundEmail.objects.get(pk=row.pk)
     assert bytes(stored.raw) == raw[: len(bytes(stored.raw))] and stored.raw_size == len(raw)
     return stored

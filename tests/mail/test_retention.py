@@ -7,18 +7,17 @@ import datetime as dt
 from django.utils import timezone
 
 from deskhand.mail.intake import inbound_received
-from deskhand.mail.models import InboundEmail, InboundStatus
+from deskhand.mail.models import InboundEmail
 from deskhand.mail.retention import inbound_prune
-from tests.mail.conftest import mail
+from tests.mail.conftest import mail, received
 
 
 def test_raw_mail_is_dropped_after_the_retention_and_its_facts_and_thread_stay(seeded, settings):
     settings.DESKHAND_INBOUND_RAW_RETENTION_DAYS = 30
     raw = mail(message_id="<kept@example.org>")
-    threaded = inbound_received(raw=raw, source="smtp")
-    unowned = inbound_received(raw=mail(to="nobody@elsewhere.test"), source="smtp")
-    waiting = inbound_received(raw=mail(), source="smtp")
-    InboundEmail.objects.filter(pk=waiting.pk).update(status=InboundStatus.RECEIVED)
+    threaded = received(raw)
+    unowned = received(mail(to="nobody@elsewhere.test"))
+    waiting = inbound_received(raw=mail(), source="smtp")  # stored, not yet processed
 
     assert inbound_prune(now=timezone.now() + dt.timedelta(days=29)) == {"deleted": 0, "emptied": 0}
     later = timezone.now() + dt.timedelta(days=31)

@@ -15,16 +15,26 @@ import pytest
 
 from deskhand.desk.models import Ticket, TicketMessage
 from deskhand.mail.models import InboundEmail, InboundStatus
-from tests.mail.conftest import DANA, NORTHWIND, free_port, mail
+from tests.mail.conftest import DANA, NORTHWIND, free_port, intake_idle, mail
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def send(port: int, raw: bytes, *, to: str = NORTHWIND, sender: str = "sam@example.org") -> None:
+def send(
+    port: int,
+    raw: bytes,
+    *,
+    to: str = NORTHWIND,
+    sender: str = "sam@example.org",
+    processed: bool = True,
+) -> None:
+    """Send over SMTP; with ``processed``, return once the worker has threaded and routed it."""
     # On the wire every line ends in CRLF (smtplib leaves bytes as they are).
     wire = raw.replace(b"\r\n", b"\n").replace(b"\n", b"\r\n")
     with smtplib.SMTP("127.0.0.1", port, timeout=30) as smtp:
         smtp.sendmail(sender, [to], wire)
+    if processed:
+        intake_idle()
 
 
 def test_mail_sent_over_smtp_opens_a_ticket_and_a_reply_joins_it(receiver):
@@ -48,8 +58,16 @@ def test_mail_sent_over_smtp_opens_a_ticket_and_a_reply_joins_it(receiver):
 
 
 def test_the_answer_comes_after_the_row_is_committed(receiver):
-    # smtplib returns once the server answered DATA: the row is readable at that instant.
-    send(receiver, mail(sender=DANA, message_id="<committed@example.org>"), sender=DANA)
+    # smtplib returns once the server answered DATA: the row is readable at that instant,
+    # and a worker threads it a moment later.
+    send(
+        receiver,
+        mail(sender=DANA, message_id="<committed@example.org>"),
+        sender=DANA,
+        processed=False,
+    )
+    assert InboundEmail.objects.filter(message_id="<committed@example.org>").exists()
+    intake_idle()
     assert InboundEmail.objects.filter(
         message_id="<committed@example.org>", status="threaded"
     ).exists()
@@ -98,7 +116,7 @@ def test_the_same_mail_sent_twice_is_one_message(receiver):
     assert TicketMessage.objects.filter(message_id="<twice@example.org>").count() == 1
 
 
-def test_the_mail_receiver_command_takes_mail_over_smtp(tseeded):
+def test_the_mail_receiver_command_takes_mail_over_smtp(dbos_executor, tseeded):
     from tests.fixtures.dbos import test_database_url
 
     port = free_port()

@@ -10,14 +10,13 @@ from django.utils import timezone
 from agent.privacy.erasure import customer_erase, erasure_for
 from deskhand.desk.models import Customer, Ticket, TicketMessage, TicketStatus
 from deskhand.desk.thread import reply_address
-from deskhand.mail.intake import inbound_received
 from deskhand.mail.models import InboundAttachment, InboundEmail, InboundStatus
 from deskhand.mail.process import inbound_process
-from tests.mail.conftest import DANA, LUMEN, NORTHWIND, mail
+from tests.mail.conftest import DANA, LUMEN, NORTHWIND, mail, received
 
 
 def receive(raw: bytes, **kwargs) -> InboundEmail:
-    return inbound_received(raw=raw, source="smtp", envelope_sender="x@example.org", **kwargs)
+    return received(raw, envelope_sender="x@example.org", **kwargs)
 
 
 def test_a_first_mail_opens_a_ticket_for_a_new_customer_at_the_right_merchant(seeded):

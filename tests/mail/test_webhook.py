@@ -13,9 +13,18 @@ import pytest
 
 from agent.models import Run
 from deskhand.desk.models import Ticket, TicketMessage
-from deskhand.mail.intake import inbound_received
 from deskhand.mail.models import InboundEmail, InboundStatus
-from tests.mail.conftest import LUMEN, SIGNING_KEY, mail, mailgun_mime, mailgun_parsed, mailgun_sign
+from tests.mail.conftest import (
+    LUMEN,
+    SIGNING_KEY,
+    intake_idle,
+    intake_now,
+    mail,
+    mailgun_mime,
+    mailgun_parsed,
+    mailgun_sign,
+    received,
+)
 
 # The server under test holds the signing key the posts are signed with.
 pytestmark = pytest.mark.usefixtures("signing_key")
@@ -25,7 +34,10 @@ URL = "/inbound/mailgun/"
 def test_a_signed_parsed_post_opens_a_ticket(seeded, client):
     response = client.post(URL, data=mailgun_parsed())
     assert response.status_code == 200, response.content
-    row = InboundEmail.objects.get()
+    assert (
+        InboundEmail.objects.get().status == InboundStatus.RECEIVED
+    )  # stored; a worker threads it
+    row = intake_now(InboundEmail.objects.get())
     assert (row.source, row.status, row.spf, row.dkim, row.dmarc) == (
         "mailgun",
         InboundStatus.THREADED,
@@ -44,7 +56,7 @@ def test_a_signed_raw_mime_post_is_stored_byte_for_byte(seeded, client):
     raw = mail(to=LUMEN, subject="Warranty question", message_id="<raw-1@example.org>")
     response = client.post(URL + "mime", data=mailgun_mime(raw, recipient=LUMEN))
     assert response.status_code == 200, response.content
-    row = InboundEmail.objects.get()
+    row = intake_now(InboundEmail.objects.get())
     assert bytes(row.raw) == raw and row.merchant.slug == "lumen"
     assert Ticket.objects.get(pk=row.ticket_id).reference == "LU-3"
 
@@ -102,13 +114,13 @@ def test_mail_to_no_merchants_address_is_stored_and_answered_406(seeded, client)
 def test_failing_verdicts_from_mailgun_quarantine_the_message(seeded, client):
     response = client.post(URL, data=mailgun_parsed(spf="Fail", dkim="Fail"))
     assert response.status_code == 200
-    row = InboundEmail.objects.get()
+    row = intake_now(InboundEmail.objects.get())
     assert (row.status, row.spf, row.dkim) == (InboundStatus.QUARANTINED, "fail", "fail")
 
 
 def test_the_same_message_by_webhook_and_by_smtp_is_one_message(seeded, client):
     raw = mail(message_id="<both-ways@example.org>")
-    inbound_received(raw=raw, source="smtp", envelope_recipients=["support@northwind.test"])
+    received(raw, envelope_recipients=["support@northwind.test"])
     assert client.post(URL + "mime", data=mailgun_mime(raw)).status_code == 200
     assert InboundEmail.objects.count() == 1
     assert TicketMessage.objects.filter(message_id="<both-ways@example.org>").count() == 1
@@ -128,7 +140,7 @@ def _post(url: str, fields: dict[str, str]) -> tuple[int, str]:
 
 
 def test_over_http_the_same_webhook_delivered_five_times_at_once_is_one_message(
-    tseeded, monkeypatch
+    dbos_executor, tseeded, monkeypatch
 ):
     from tests.console.conftest import web_process_on_test_database
 
@@ -150,6 +162,7 @@ def test_over_http_the_same_webhook_delivered_five_times_at_once_is_one_message(
         for t in threads:
             t.join(60)
         assert [code for code, _ in results] == [200] * 5, (results, server.log())
+    intake_idle()  # the in-process executor is the worker
     assert InboundEmail.objects.count() == 1
     row = InboundEmail.objects.get()
     assert row.status == InboundStatus.THREADED

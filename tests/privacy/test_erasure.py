@@ -28,14 +28,13 @@ from deskhand.desk.models import (
     Refund,
     TicketMessage,
 )
-from deskhand.mail.intake import inbound_received
 from deskhand.mail.models import InboundAttachment, InboundEmail
 from deskhand.mail.parse import Verdicts
 from tests.console.conftest import client_for
 from tests.durability.helpers import decide, start, user
 from tests.edge.test_cli_conventions import cli
 from tests.fixtures.dbos import wait_terminal, workflow_settled
-from tests.mail.conftest import mail
+from tests.mail.conftest import mail, received
 from tests.privacy.helpers import where_found
 from tests.support.fake_anthropic import policy_double, settle
 from tests.support.messages_api import MessagesApi
@@ -79,10 +78,8 @@ def dana_writes_in() -> list[bytes]:
     )
     held = mail(sender=sender, subject="Also this", body="From Dana Whitfield")
     to = ["support@northwind.test"]
-    assert inbound_received(raw=reply, source="smtp", envelope_recipients=to).status == "threaded"
-    quarantined = inbound_received(
-        raw=held, source="smtp", envelope_recipients=to, verdicts=Verdicts(dmarc="fail")
-    )
+    assert received(reply, envelope_recipients=to).status == "threaded"
+    quarantined = received(held, envelope_recipients=to, verdicts=Verdicts(dmarc="fail"))
     assert quarantined.status == "quarantined"
     return [reply, held]
 
@@ -161,7 +158,7 @@ def test_an_erased_customer_is_in_no_column_of_ours_or_dbos_and_the_money_facts_
     assert not InboundAttachment.objects.exists()
     lines = TicketMessage.objects.count()
     for raw in sent_in:
-        inbound_received(raw=raw, source="smtp", envelope_recipients=["support@northwind.test"])
+        received(raw, envelope_recipients=["support@northwind.test"])
     assert where_found(DANA) == [] and TicketMessage.objects.count() == lines
     [event] = AuditEvent.objects.filter(action="customer.erase")
     assert event.actor_name == OWNER and event.detail["counts"] == done["counts"]

@@ -21,7 +21,7 @@ from dbos import DBOS
 from django.conf import settings
 
 from deskhand.dbos.engine import internals
-from deskhand.dbos.names import QUEUE_CHANNEL, model_queue_name
+from deskhand.dbos.names import INTAKE_QUEUE, QUEUE_CHANNEL, model_queue_name
 from deskhand.fleet.lease import libpq_params
 
 
@@ -31,6 +31,18 @@ def register_queues(poll_sec: float | None = None) -> None:
     DBOS.register_queue(
         settings.DESKHAND_QUEUE,
         partition_concurrency=int(os.environ.get("DESKHAND_MERCHANT_CONCURRENCY", "10000")),
+        polling_interval_sec=poll_sec if poll_sec is not None else settings.DESKHAND_QUEUE_POLL_SEC,
+        on_conflict="always_update",
+    )
+    # Stored messages and customer lines (engine.intake), partitioned by merchant: one at a
+    # time per merchant across the fleet, in the order they were stored, so a customer's
+    # reply is never threaded before the message it answers (processing takes the merchant's
+    # row lock anyway); a few at a time per worker, so a burst of mail never takes every
+    # thread from the runs it opens.
+    DBOS.register_queue(
+        INTAKE_QUEUE,
+        partition_concurrency=1,
+        worker_concurrency=settings.DESKHAND_INTAKE_CONCURRENCY,
         polling_interval_sec=poll_sec if poll_sec is not None else settings.DESKHAND_QUEUE_POLL_SEC,
         on_conflict="always_update",
     )
