@@ -283,3 +283,4 @@ _.handle_endtag
 _.internal  # ThreadLine properties the ticket template reads
 _.from_customer
 _.signing_key  # tests/mail fixture requested by name
+_.routed_run  # TicketMessage FK: the admin and the sweep read it by its _id

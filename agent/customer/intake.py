@@ -44,32 +44,32 @@ def _cutoff(now: dt.datetime) -> dt.datetime:
     return now - dt.timedelta(seconds=settings.DESKHAND_INTAKE_GRACE_SEC)
 
 
-def waiting_inbound(now: dt.datetime) -> list[tuple[int, int]]:
-    """Stored messages not processed within the grace period, oldest first: (pk, merchant)."""
+def waiting_inbound(now: dt.datetime) -> list[int]:
+    """Stored messages not processed within the grace period, oldest first."""
     rows = InboundEmail.objects.filter(
         status=InboundStatus.RECEIVED, received_at__lt=_cutoff(now), merchant__isnull=False
     ).order_by("received_at", "pk")
-    return list(rows.values_list("pk", "merchant_id")[:BATCH])
+    return list(rows.values_list("pk", flat=True)[:BATCH])
 
 
-def waiting_lines(now: dt.datetime) -> list[tuple[int, int]]:
-    """Customer lines not routed within the grace period, oldest first: (pk, merchant)."""
+def waiting_lines(now: dt.datetime) -> list[int]:
+    """Customer lines not routed within the grace period, oldest first."""
     lines = TicketMessage.objects.filter(
         routing=Routing.PENDING, created_at__lt=_cutoff(now)
     ).order_by("created_at", "pk")
-    return list(lines.values_list("pk", "ticket__merchant_id")[:BATCH])
+    return list(lines.values_list("pk", flat=True)[:BATCH])
 
 
 def _redrive(
     what: str,
-    waiting: list[tuple[int, int]],
+    waiting: list[int],
     workflow_id: Callable[..., str],
     enqueue: Callable[..., None],
 ) -> tuple[int, int]:
-    """(re-driven, stuck) for these waiting (pk, merchant) pairs (see the module)."""
-    states = dbos_client.intake_workflow_states([workflow_id(pk) for pk, _ in waiting])
+    """(re-driven, stuck) for these waiting pks (see the module)."""
+    states = dbos_client.intake_workflow_states([workflow_id(pk) for pk in waiting])
     redriven = stuck = 0
-    for pk, merchant_id in waiting:
+    for pk in waiting:
         seen = states.get(workflow_id(pk), [])
         if seen and seen[-1] in dbos_client.ACTIVE_WORKFLOW_STATES:
             continue
@@ -85,7 +85,7 @@ def _redrive(
             )
             continue
         try:
-            enqueue(pk, merchant_id, attempt, by_sweep=True)
+            enqueue(pk, attempt, by_sweep=True)
         except Exception:
             log.exception("re-driving %s %s failed; the next pass tries again", what, pk)
             continue
@@ -124,17 +124,17 @@ def intake_summary(now: dt.datetime) -> dict[str, Any]:
     oldest = [
         t
         for t in (
-            InboundEmail.objects.filter(pk__in=[pk for pk, _ in inbound[:1]])
+            InboundEmail.objects.filter(pk__in=inbound[:1])
             .values_list("received_at", flat=True)
             .first(),
-            TicketMessage.objects.filter(pk__in=[pk for pk, _ in lines[:1]])
+            TicketMessage.objects.filter(pk__in=lines[:1])
             .values_list("created_at", flat=True)
             .first(),
         )
         if t is not None
     ]
     states = dbos_client.intake_workflow_states(
-        [inbound_workflow_id(pk) for pk, _ in inbound] + [line_workflow_id(pk) for pk, _ in lines]
+        [inbound_workflow_id(pk) for pk in inbound] + [line_workflow_id(pk) for pk in lines]
     )
     stuck = sum(
         1

@@ -169,7 +169,7 @@ def customer_line_route(line_id: int) -> Routed:
                 routing,
                 detail[:300],
             )
-            line.routed_run = run
+            line.routed_run_id = run.pk if run is not None else None
             line.save(update_fields=["routed_at", "routing", "routing_detail", "routed_run"])
     run_id = str(line.routed_run_id) if line.routed_run_id else None
     if line.routing == Routing.OPENED and run_id is not None:
@@ -190,11 +190,6 @@ def on_customer_wrote(sender: Any, message_id: int, **_: Any) -> None:
     enqueues the line's workflow after its grace period.
     """
     try:
-        merchant_id = (
-            TicketMessage.objects.filter(pk=message_id)
-            .values_list("ticket__merchant_id", flat=True)
-            .get()
-        )
-        dbos_client.enqueue_line(message_id, merchant_id)
+        dbos_client.enqueue_line(message_id)
     except Exception:
         log.exception("customer message %s was stored; the sweep routes it", message_id)

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
+import uuid
 
 from django.utils import timezone
 
@@ -169,7 +170,9 @@ def opened_by_a_line(run_id: str) -> bool:
     hand-on lost to a crash is made here, late, instead of failing the run as "never handed
     to a worker": the automatic run the line should have opened exists, once, and runs.
     """
-    return TicketMessage.objects.filter(routed_run_id=run_id, routing=Routing.OPENED).exists()
+    return TicketMessage.objects.filter(
+        routed_run_id=uuid.UUID(run_id), routing=Routing.OPENED
+    ).exists()
 
 
 def forks_made_outside() -> dict[str, int]:

@@ -234,17 +234,12 @@ SWEEP_USER = "deskhand.intake-sweep"
 counts the re-drives by it (DBOS keeps it with the workflow)."""
 
 
-def _enqueue_intake(
-    workflow_name: str, workflow_id: str, pk: int, merchant_id: int, by_sweep: bool
-) -> None:
+def _enqueue_intake(workflow_name: str, workflow_id: str, pk: int, by_sweep: bool) -> None:
     options: Any = {
         "workflow_name": workflow_name,
         "queue_name": INTAKE_QUEUE,
         "workflow_id": workflow_id,
         "app_version": settings.DESKHAND_APP_VERSION,
-        # One at a time per merchant, in the order they came: a reply is never threaded
-        # before the message it answers (deskhand.dbos.engine.queues).
-        "queue_partition_key": str(merchant_id),
     }
     if by_sweep:
         options["authenticated_user"] = SWEEP_USER
@@ -252,26 +247,16 @@ def _enqueue_intake(
     notify_queue()
 
 
-def enqueue_inbound(
-    inbound_id: int, merchant_id: int, attempt: int = 0, *, by_sweep: bool = False
-) -> None:
+def enqueue_inbound(inbound_id: int, attempt: int = 0, *, by_sweep: bool = False) -> None:
     """Queue the intake workflow of a stored message (the same id twice is one workflow)."""
     _enqueue_intake(
-        INBOUND_WORKFLOW,
-        inbound_workflow_id(inbound_id, attempt),
-        inbound_id,
-        merchant_id,
-        by_sweep,
+        INBOUND_WORKFLOW, inbound_workflow_id(inbound_id, attempt), inbound_id, by_sweep
     )
 
 
-def enqueue_line(
-    line_id: int, merchant_id: int, attempt: int = 0, *, by_sweep: bool = False
-) -> None:
+def enqueue_line(line_id: int, attempt: int = 0, *, by_sweep: bool = False) -> None:
     """Queue the routing workflow of a customer's line (the same id twice is one workflow)."""
-    _enqueue_intake(
-        CUSTOMER_LINE_WORKFLOW, line_workflow_id(line_id, attempt), line_id, merchant_id, by_sweep
-    )
+    _enqueue_intake(CUSTOMER_LINE_WORKFLOW, line_workflow_id(line_id, attempt), line_id, by_sweep)
 
 
 def intake_redriven_since(since: dt.datetime) -> int:

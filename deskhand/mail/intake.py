@@ -171,7 +171,7 @@ def inbound_enqueue(row: InboundEmail) -> None:
     if row.status != InboundStatus.RECEIVED or row.merchant_id is None:
         return
     try:
-        dbos_client.enqueue_inbound(row.pk, row.merchant_id)
+        dbos_client.enqueue_inbound(row.pk)
     except Exception:
         log.exception("inbound mail %s was stored; the sweep hands it to a worker", row.pk)
 

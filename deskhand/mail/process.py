@@ -174,37 +174,54 @@ def _thread(row: InboundEmail, merchant: Merchant, msg: EmailMessage) -> None:
 
 
 def inbound_process(inbound_id: int) -> InboundEmail | None:
-    """Decide what a stored message is and act on it, once (see the module)."""
+    """Decide what a stored message is and act on it, once (see the module).
+
+    Under the merchant's row lock (one new customer and one next ticket number at a time),
+    every message of the merchant still waiting that was stored before this one is processed
+    first, in the order they were stored: workers take messages from the intake queue
+    several at a time, and a customer's reply must never be threaded before the message it
+    answers, whichever workflow got here first. Their own workflows then find them done.
+    """
+    merchant_id = (
+        InboundEmail.objects.filter(pk=inbound_id).values_list("merchant_id", flat=True).first()
+    )
     with transaction.atomic():
-        row = (
+        if merchant_id is None:
+            row = InboundEmail.objects.select_for_update().filter(pk=inbound_id).first()
+            if row is not None and row.status == InboundStatus.RECEIVED:
+                # Storing rejects these; only a hand-edited row gets here.
+                _hold(row, InboundStatus.REJECTED, "no_merchant", "It belongs to no merchant.")
+                row.processed_at = timezone.now()
+                row.save()
+            return row
+        # The merchant's lock first, then the rows': every processor takes them in this order.
+        merchant = Merchant.objects.select_for_update().get(pk=merchant_id)
+        waiting = (
             InboundEmail.objects.select_for_update(of=("self",))
             .select_related("support_address")
-            .filter(pk=inbound_id)
-            .first()
+            .filter(merchant_id=merchant_id, status=InboundStatus.RECEIVED, pk__lte=inbound_id)
+            .order_by("pk")
         )
-        if row is None or row.status != InboundStatus.RECEIVED:
-            return row
-        if row.merchant_id is None:  # storing rejects these; only a hand-edited row gets here
-            _hold(row, InboundStatus.REJECTED, "no_merchant", "It belongs to no merchant.")
-            row.processed_at = timezone.now()
-            row.save()
-            return row
-        # The merchant's lock: one new customer and one next ticket number at a time.
-        merchant = Merchant.objects.select_for_update().get(pk=row.merchant_id)
-        msg = parse.message_from_bytes(bytes(row.raw))
-        failure = parse.Verdicts(row.spf, row.dkim, row.dmarc).failure()
-        volume = None if failure else _over_volume(row, merchant)
-        if failure:
-            _hold(
-                row,
-                InboundStatus.QUARANTINED,
-                "auth_failed",
-                f"{failure[0].upper()}{failure[1:]}; held for a person, never threaded.",
-            )
-        elif volume is not None:
-            _hold(row, InboundStatus.QUARANTINED, *volume)
-        else:
-            _thread(row, merchant, msg)
-        row.processed_at = timezone.now()
-        row.save()
-    return row
+        for row in waiting:
+            _process_locked(row, merchant)
+        return InboundEmail.objects.select_related("support_address").filter(pk=inbound_id).first()
+
+
+def _process_locked(row: InboundEmail, merchant: Merchant) -> None:
+    """Process one waiting row; the caller holds the merchant's lock and the row's."""
+    msg = parse.message_from_bytes(bytes(row.raw))
+    failure = parse.Verdicts(row.spf, row.dkim, row.dmarc).failure()
+    volume = None if failure else _over_volume(row, merchant)
+    if failure:
+        _hold(
+            row,
+            InboundStatus.QUARANTINED,
+            "auth_failed",
+            f"{failure[0].upper()}{failure[1:]}; held for a person, never threaded.",
+        )
+    elif volume is not None:
+        _hold(row, InboundStatus.QUARANTINED, *volume)
+    else:
+        _thread(row, merchant, msg)
+    row.processed_at = timezone.now()
+    row.save()

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from agent.customer.route import customer_message_route
+from agent.customer.route import customer_line_route, line_run_id
 from agent.models import Run
 from approvals.models import Approval, AuditEvent
 from deskhand.desk.models import Merchant, Refund, Ticket, TicketMessage
@@ -61,6 +61,10 @@ def test_a_reply_to_a_finished_run_opens_a_new_run_that_never_refunds_again(
     assert runs.count() == 2
     second = runs.last()
     assert second.pk != first.pk and second.started_by is None
+    # Its id derives from the line, and the line says what it did, written as it did it.
+    line.refresh_from_db()
+    assert second.pk == line_run_id(line.pk) and line.routed_run_id == second.pk
+    assert line.routing == "opened" and line.routed_at is not None
     started = AuditEvent.objects.get(run=second, action="run.start")
     assert started.actor is None and started.detail["customer_message"] == line.pk
 
@@ -75,7 +79,8 @@ def test_a_reply_to_a_finished_run_opens_a_new_run_that_never_refunds_again(
     assert [r.amount_cents for r in Refund.objects.all()] == [3800]
 
     # The same message routed again (a re-delivery, a retried signal) opens nothing more.
-    assert "already" in customer_message_route(line)
+    again = customer_line_route(line.pk)
+    assert (again.routing, again.run_id) == ("opened", str(second.pk))
     assert Run.objects.filter(ticket__reference="NW-1").count() == 2
 
 

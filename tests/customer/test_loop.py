@@ -15,7 +15,7 @@ import datetime as dt
 import pytest
 from django.utils import timezone
 
-from agent.customer.route import customer_message_route
+from agent.customer.route import customer_line_route
 from agent.models import Run
 from deskhand.console.attention import attention_items
 from deskhand.desk.models import Merchant, MessageDirection, Ticket, TicketMessage
@@ -93,7 +93,7 @@ def test_a_plain_bot_loop_stops_at_the_daily_cap_on_the_attention_queue(
     assert outbound.count() == CAP
     assert Run.objects.filter(ticket=ticket).count() == CAP
     last = ticket.messages.filter(direction=MessageDirection.INBOUND).order_by("pk").last()
-    said = customer_message_route(last)
+    said = customer_line_route(last.pk).detail  # what its routing recorded
     assert "daily limit" in said and "attention queue" in said, said
     assert Run.objects.filter(ticket=ticket).count() == CAP
 

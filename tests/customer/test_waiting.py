@@ -17,6 +17,7 @@ from agent.customer.sweep import customer_waits_sweep
 from agent.models import Run, Step
 from deskhand.console.attention import attention_items
 from deskhand.desk.models import Merchant, MessageDirection, OutboundEmail, Ticket, TicketMessage
+from deskhand.mail.models import InboundEmail
 from tests.fixtures.dbos import wait_for_run, wait_terminal
 from tests.mail.conftest import mail
 from tests.mail.test_smtp import send
@@ -27,9 +28,9 @@ OMAR = "omar.reyes@example.com"  # his order NW-1077 has shipped (the seed)
 THREE_DAYS = 72 * 3600
 
 
-def omar_writes(port: int, **kw) -> None:
+def omar_writes(port: int, *, processed: bool = True, **kw) -> None:
     kw.setdefault("sender", f"Omar Reyes <{OMAR}>")
-    send(port, mail(**kw), sender=OMAR)
+    send(port, mail(**kw), sender=OMAR, processed=processed)
 
 
 def asked(ticket: Ticket, timeout: float = 60.0) -> Run:
@@ -159,14 +160,17 @@ def test_a_run_waiting_for_the_customer_outlives_its_worker_and_wakes_on_the_ans
     assert _parked_in_recv(str(run.pk))
     worker.kill()
 
-    # Omar answers while no worker is up: the wake-up waits in DBOS for the run.
+    # Omar answers while no worker is up: his answer is stored (the receiver said 250) and
+    # waits in DBOS, on the intake queue, for a worker to thread it and wake the run.
     omar_writes(
         receiver,
+        processed=False,
         subject=f"Re: {question.subject}",
         message_id="<omar-2@mail.example.com>",
         headers={"In-Reply-To": question.thread_message.message_id},
         body="Order NW-1077, thanks.",
     )
+    assert InboundEmail.objects.get(message_id="<omar-2@mail.example.com>").status == "received"
     assert Run.objects.get(pk=run.pk).status == "awaiting_customer"
 
     worker.start()

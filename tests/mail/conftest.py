@@ -182,9 +182,11 @@ def intake_idle(timeout: float = 60.0) -> None:
 
 
 @pytest.fixture
-def receiver(dbos_executor, tseeded) -> Iterator[int]:
-    """The SMTP receiver (our aiosmtpd handler) on a loopback port, on the test database,
-    with DBOS executing in the test process, so what it stores is processed and routed."""
+def receiver(tseeded) -> Iterator[int]:
+    """The SMTP receiver (our aiosmtpd handler) on a loopback port, on the test database.
+
+    It stores and enqueues; a test that wants what it stored processed runs a worker too
+    (``dbos_executor`` in process, or ``worker_process``)."""
     port = free_port()
     controller = Controller(InboundHandler(), hostname="127.0.0.1", port=port, **smtp_options())
     controller.start()

@@ -31,7 +31,7 @@ def test_the_demo_prints_the_readmes_one_liner():
     assert demo.mail_one_liner(2525) == readme_command("first")
 
 
-def test_the_readmes_one_liners_open_a_ticket_and_thread_the_reply(receiver):
+def test_the_readmes_one_liners_open_a_ticket_and_thread_the_reply(dbos_executor, receiver):
     for marker in ("first", "reply"):
         argv = shlex.split(readme_command(marker).replace("2525", str(receiver)))
         assert argv[:2] == ["python3", "-c"] and len(argv) == 3

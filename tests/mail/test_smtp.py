@@ -37,7 +37,7 @@ def send(
         intake_idle()
 
 
-def test_mail_sent_over_smtp_opens_a_ticket_and_a_reply_joins_it(receiver):
+def test_mail_sent_over_smtp_opens_a_ticket_and_a_reply_joins_it(dbos_executor, receiver):
     send(receiver, mail(message_id="<first@example.org>", subject="Beans never came"))
     row = InboundEmail.objects.get()
     assert (row.source, row.status, row.envelope_sender) == (
@@ -57,7 +57,7 @@ def test_mail_sent_over_smtp_opens_a_ticket_and_a_reply_joins_it(receiver):
     )
 
 
-def test_the_answer_comes_after_the_row_is_committed(receiver):
+def test_the_answer_comes_after_the_row_is_committed(dbos_executor, receiver):
     # smtplib returns once the server answered DATA: the row is readable at that instant,
     # and a worker threads it a moment later.
     send(
@@ -73,7 +73,7 @@ def test_the_answer_comes_after_the_row_is_committed(receiver):
     ).exists()
 
 
-def test_refused_mail_gets_a_5xx_with_the_reason_and_is_stored(receiver, settings):
+def test_refused_mail_gets_a_5xx_with_the_reason_and_is_stored(dbos_executor, receiver, settings):
     with pytest.raises(smtplib.SMTPDataError) as nobody:
         send(receiver, mail(to="nobody@elsewhere.test"), to="nobody@elsewhere.test")
     assert (
@@ -102,13 +102,13 @@ def test_refused_mail_gets_a_5xx_with_the_reason_and_is_stored(receiver, setting
     assert set(InboundEmail.objects.values_list("status", flat=True)) == {"rejected"}
 
 
-def test_a_held_message_is_accepted_with_250_and_kept(receiver):
+def test_a_held_message_is_accepted_with_250_and_kept(dbos_executor, receiver):
     send(receiver, mail(headers={"Auto-Submitted": "auto-replied"}))
     row = InboundEmail.objects.get()
     assert (row.status, row.automated) == (InboundStatus.IGNORED, "auto-reply")
 
 
-def test_the_same_mail_sent_twice_is_one_message(receiver):
+def test_the_same_mail_sent_twice_is_one_message(dbos_executor, receiver):
     raw = mail(message_id="<twice@example.org>")
     send(receiver, raw)
     send(receiver, raw)

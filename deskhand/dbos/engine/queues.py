@@ -34,14 +34,12 @@ def register_queues(poll_sec: float | None = None) -> None:
         polling_interval_sec=poll_sec if poll_sec is not None else settings.DESKHAND_QUEUE_POLL_SEC,
         on_conflict="always_update",
     )
-    # Stored messages and customer lines (engine.intake), partitioned by merchant: one at a
-    # time per merchant across the fleet, in the order they were stored, so a customer's
-    # reply is never threaded before the message it answers (processing takes the merchant's
-    # row lock anyway); a few at a time per worker, so a burst of mail never takes every
-    # thread from the runs it opens.
+    # Stored messages and customer lines (engine.intake): a few at a time per worker, so a
+    # burst of mail never takes every thread from the runs it opens. Unpartitioned: a
+    # merchant's messages are threaded in the order they were stored whichever workflow
+    # runs first (deskhand.mail.process.inbound_process), so nothing waits on a slot.
     DBOS.register_queue(
         INTAKE_QUEUE,
-        partition_concurrency=1,
         worker_concurrency=settings.DESKHAND_INTAKE_CONCURRENCY,
         polling_interval_sec=poll_sec if poll_sec is not None else settings.DESKHAND_QUEUE_POLL_SEC,
         on_conflict="always_update",

@@ -1,0 +1,191 @@
+"""The crash receiver: a real ``manage.py mail_receiver`` that SIGKILLs itself at a named point.
+
+Usage: ``python -m tests.devtools.crashreceiver PORT [SPEC]``
+
+``SPEC`` is a comma-separated list of ``point:target[:nth]`` from ``deskhand.crashpoints``:
+``after_store:inbound:5`` dies the fifth time a message is committed and not yet handed to
+its workflow; ``after_enqueue:inbound:5`` once it is handed on and its sender not yet
+answered. The intake crash sweep (``tests/devtools/crash_intake.py``) runs it as
+``tests/devtools/crashworker.py`` runs a worker, and talks to it with ``Mta``: a sending
+server that sends again whatever got no 250, as a real one does.
+
+Nothing in the product reads a flag, a setting or an environment variable for this: only
+this launcher installs crash points, in its own process, before the command starts.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import queue
+import smtplib
+import subprocess
+import sys
+import threading
+import time
+
+from tests.devtools import forkserver
+from tests.devtools.crashworker import LOG_DIR, ROOT, database_url
+
+
+def install(spec: str) -> None:
+    from deskhand import crashpoints
+
+    for item in filter(None, spec.split(",")):
+        point, target, *rest = item.split(":")
+        crashpoints.kill_at(point, target, int(rest[0]) if rest else 1)
+
+
+def main(argv: list[str]) -> None:
+    sys.path.insert(0, str(ROOT))
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "deskhand.settings")
+    import django
+
+    django.setup()
+    from django.core.management import call_command
+
+    port, spec = int(argv[1]), argv[2] if len(argv) > 2 else ""
+    install(spec)
+    call_command("mail_receiver", port=port)
+
+
+class Receiver:
+    """``python -m tests.devtools.crashreceiver``: the SMTP receiver on one port, which a
+    schedule may kill and start again on the same port (a sending server retries there)."""
+
+    def __init__(self, name: str, port: int) -> None:
+        self.port = port
+        self.proc: forkserver.Process | None = None
+        LOG_DIR.mkdir(parents=True, exist_ok=True)
+        session = os.environ.get("PYTEST_XDIST_WORKER", "main")
+        self.log_path = LOG_DIR / f"{session}-{name}-receiver.log"
+
+    def start(self, spec: str = "") -> Receiver:
+        env = dict(os.environ, DATABASE_URL=database_url(), PYTHONUNBUFFERED="1")
+        with self.log_path.open("a") as log:
+            log.write(f"--- start spec={spec!r}\n")
+        self.proc = forkserver.start(
+            "tests.devtools.crashreceiver", [str(self.port), spec], env, self.log_path
+        )
+        ready = f"Receiving mail on 127.0.0.1:{self.port}"
+        end = time.monotonic() + 60
+        while time.monotonic() < end:
+            if ready in self.log_path.read_text().rsplit("--- start", 1)[-1]:
+                return self
+            if self.proc.poll() is not None:
+                break
+            time.sleep(0.05)
+        raise RuntimeError(
+            f"receiver on port {self.port} did not start:\n{self.log_path.read_text()[-3000:]}"
+        )
+
+    @property
+    def killed(self) -> bool:
+        return self.proc is not None and self.proc.poll() == -9
+
+    @property
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def stop(self) -> None:
+        if self.alive:
+            assert self.proc is not None
+            self.proc.terminate()
+            try:
+                self.proc.wait(15)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(10)
+
+
+# --- the other end: a sending server --------------------------------------------------------
+
+SENDERS = 3  # concurrent deliveries, as a mail server makes them
+RESEND_PAUSE = 0.1  # its retry interval, shortened
+
+
+@dataclasses.dataclass
+class Letter:
+    """One customer's message and what its sending server was told."""
+
+    sender: str
+    message_id: str
+    raw: bytes
+    attempts: int = 0
+    accepted: bool = False
+    answer: str = ""  # the last thing the server said (or how the connection ended)
+    done: bool = False
+
+    @property
+    def resent(self) -> bool:
+        return self.attempts > 1
+
+
+class Mta:
+    """``SENDERS`` threads delivering ``letters`` to one port as a mail server would: each
+    message is done at a 250 or a 5xx; anything else (a dropped connection, a refused one, a
+    4xx) is tried again after a pause, unless ``resend`` is False (the sender gave up)."""
+
+    def __init__(self, port: int, to: str, letters: list[Letter], *, resend: bool) -> None:
+        self.port, self.to, self.letters, self.resend = port, to, letters, resend
+        self.todo: queue.Queue[Letter] = queue.Queue()
+        for letter in letters:
+            self.todo.put(letter)
+        self.stopping = threading.Event()
+        self.threads = [threading.Thread(target=self._deliver, daemon=True) for _ in range(SENDERS)]
+
+    def start(self) -> Mta:
+        for t in self.threads:
+            t.start()
+        return self
+
+    @property
+    def done(self) -> bool:
+        return all(letter.done for letter in self.letters)
+
+    def stop(self) -> None:
+        self.stopping.set()
+        for t in self.threads:
+            t.join(30)
+
+    def _deliver(self) -> None:
+        while not self.stopping.is_set() and not self.done:
+            try:
+                letter = self.todo.get(timeout=0.05)
+            except queue.Empty:
+                continue
+            letter.attempts += 1
+            final = self._send(letter)
+            if final or not self.resend:
+                letter.done = True
+            else:
+                self.stopping.wait(RESEND_PAUSE)
+                self.todo.put(letter)
+
+    def _send(self, letter: Letter) -> bool:
+        """One attempt; True when the answer is final (a 250 or a 5xx)."""
+        wire = letter.raw.replace(b"\r\n", b"\n").replace(b"\n", b"\r\n")
+        try:
+            smtp = smtplib.SMTP("127.0.0.1", self.port, timeout=30)
+        except OSError as exc:
+            letter.answer = f"connect: {exc}"
+            return False
+        try:
+            smtp.sendmail(letter.sender, [self.to], wire)
+            letter.accepted, letter.answer = True, "250"
+        except smtplib.SMTPResponseException as exc:
+            letter.answer = f"{exc.smtp_code} {exc.smtp_error!r}"
+            return exc.smtp_code >= 500
+        except (smtplib.SMTPException, OSError) as exc:
+            letter.answer = f"{type(exc).__name__}: {exc}"
+            return False
+        finally:
+            try:
+                smtp.quit()
+            except (smtplib.SMTPException, OSError):
+                smtp.close()
+        return True
+
+
+if __name__ == "__main__":
+    main(sys.argv)
