@@ -17,8 +17,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-# Not blank and no NUL, as ``deliver``'s ``_text`` asks.
-_TEXT = r"^[^\x00]*[^\x00\s][^\x00]*$"
+# Not blank and no NUL, as ``deliver``'s ``_text`` asks: spaces, then the first other one.
+_TEXT = r"^\s*[^\s\x00][^\x00]*$"
 _NO_NUL = r"^[^\x00]*$"
 
 
