@@ -29,14 +29,15 @@ def _storable(value: str) -> str:
 
 class _StorableInDocument:
     """Writes ``_storable``'s rule into the OpenAPI document as a ``pattern``, so a client (or
-    schemathesis) never sends, as valid, text the server refuses. Pydantic does not test the
-    pattern (its regex engine has no surrogates); ``_storable`` does."""
+    schemathesis) never sends, as valid, text the server refuses. Without the surrogates: a
+    regex of Unicode text cannot name them (JSON's ``"\\ud800"`` alone is not text), and
+    ``_storable`` refuses them all the same."""
 
     def __get_pydantic_json_schema__(
         self, core_schema: CoreSchema, handler: GetJsonSchemaHandler
     ) -> JsonSchemaValue:
         schema = handler(core_schema)
-        schema.setdefault("pattern", f"^[^{UNSTORABLE}]*$")
+        schema.setdefault("pattern", r"^[^\x00-\x08\x0b\x0c\x0e-\x1f]*$")
         return schema
 
 
