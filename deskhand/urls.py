@@ -19,6 +19,7 @@ from django.http import Http404, HttpRequest, HttpResponse
 from django.urls import include, path, re_path
 from django.views.decorators.http import require_http_methods, require_safe
 
+from deskhand.api.urls import unknown as api_unknown
 from deskhand.console.auth import login_view
 from deskhand.console.health import healthz
 from deskhand.edge.throttle import throttled
@@ -50,6 +51,7 @@ urlpatterns = [
     path("inbound/", include("deskhand.mail.urls")),
     # The JSON API (docs/api.md): bearer keys, not sessions; problems, not pages.
     path("api/v1/", include("deskhand.api.urls")),
+    path("api/v1", api_unknown),  # not redirected to the slash: a problem, like every API path
     path("", include("deskhand.console.urls")),
 ]
 

@@ -284,3 +284,7 @@ _.internal  # ThreadLine properties the ticket template reads
 _.from_customer
 _.signing_key  # tests/mail fixture requested by name
 _.routed_run  # TicketMessage FK: the admin and the sweep read it by its _id
+# --- the API's contract (issue 36): the document's shapes and schemathesis's hooks ----------
+_.model_config  # pydantic reads it by name (deskhand/api/webhooks.py: the events' extra="forbid")
+_.delivery_id  # deskhand/api/webhooks.py: a field of the events out, written by approvals.outbox
+_.before_call  # schemathesis calls its hooks by name (tests/api/schemathesis_hooks.py)

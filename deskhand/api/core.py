@@ -22,6 +22,7 @@ from agent.run.services import RunRefused
 from agent.run.steering import SteerRefused
 from approvals.models import AuditEvent, Channel
 from approvals.services import DecisionRefused, ReasonRequired
+from deskhand.api import document
 from deskhand.api.problems import CONTENT_TYPE, Problem, problem_response
 from deskhand.apikeys import store
 from deskhand.apikeys.models import ApiKey
@@ -29,11 +30,14 @@ from deskhand.apikeys.services import key_authenticate, key_count_request
 from deskhand.desk.models import Membership
 from deskhand.desk.permissions import NotAllowed, NotVisible, require_actor
 
-ERROR_STATUSES = (400, 401, 403, 404, 409, 422, 429)
-
 
 class KeyBearer(HttpBearer):
-    """``Authorization: Bearer dh_…``: the key's merchant is everything the request sees."""
+    """``Authorization: Bearer dh_…``: the key's merchant is everything the request sees.
+
+    Also the first thing every operation checks once its method is known (ninja answers a
+    method it does not take before this), so it refuses, 415, a body that is not JSON:
+    ninja would parse a ``text/plain`` one as JSON all the same, and the document promises
+    ``application/json`` only."""
 
     def authenticate(self, request: HttpRequest, token: str) -> ApiKey | None:
         key = key_authenticate(token)
@@ -48,48 +52,27 @@ class KeyBearer(HttpBearer):
                 f"try again in {window.reset_seconds} s.",
                 headers={"Retry-After": str(window.reset_seconds)},
             )
+        if request.body and not _is_json(request.content_type or ""):
+            sent = request.content_type or "no Content-Type"
+            raise Problem(
+                415,
+                "unsupported-media-type",
+                f"The body must be JSON, sent as 'Content-Type: application/json' (not {sent}).",
+                field="Content-Type",
+            )
         return key
+
+
+def _is_json(content_type: str) -> bool:
+    return content_type == "application/json" or (
+        content_type.startswith("application/") and content_type.endswith("+json")
+    )
 
 
 class Api(NinjaAPI):
     def get_openapi_schema(self, **kwargs: Any) -> Any:
-        """Ninja's document, with every refusal an operation can give written down as a
-        problem (``application/problem+json``), so a client (or schemathesis) can rely on it."""
-        schema = super().get_openapi_schema(**kwargs)
-        components = schema.setdefault("components", {}).setdefault("schemas", {})
-        components["Problem"] = {
-            "type": "object",
-            "title": "Problem",
-            "required": ["type", "title", "status", "detail"],
-            "properties": {
-                "type": {"type": "string"},
-                "title": {"type": "string"},
-                "status": {"type": "integer"},
-                "detail": {"type": "string"},
-                "instance": {"type": "string"},
-                "field": {"type": "string"},
-            },
-        }
-        problem = {CONTENT_TYPE: {"schema": {"$ref": "#/components/schemas/Problem"}}}
-        for methods in schema.get("paths", {}).values():
-            for operation in methods.values():
-                responses = operation.setdefault("responses", {})
-                for status in ERROR_STATUSES:
-                    responses[str(status)] = {"description": _reason(status), "content": problem}
-                if any(p.get("name") == "Idempotency-Key" for p in operation.get("parameters", [])):
-                    # A kept answer erased with its customer (deskhand/apikeys/erasure.py).
-                    responses["410"] = {"description": _reason(410), "content": problem}
-                    responses["200"] = {
-                        "description": "A retry: the answer the first request got, replayed",
-                        "content": responses.get("201", {}).get("content", {}),
-                    }
-        return schema
-
-
-def _reason(status: int) -> str:
-    from http import HTTPStatus
-
-    return HTTPStatus(status).phrase
+        """Ninja's document, completed with what it cannot know (``deskhand.api.document``)."""
+        return document.complete(super().get_openapi_schema(**kwargs))
 
 
 api = Api(
@@ -263,22 +246,18 @@ def idempotent(request: HttpRequest, idempotency_key: str | None, act: Callable[
     if idempotency_key is None:
         status, body, _ = _answer(act)
         return _respond(request, status, body)
-    idempotency_key = idempotency_key.strip()
-    if (
-        not idempotency_key
-        or len(idempotency_key) > store.KEY_MAX
-        or not idempotency_key.isprintable()
-    ):
+    if not store.key_valid(idempotency_key):
         raise Problem(
             400,
             "bad-idempotency-key",
-            f"An Idempotency-Key is 1 to {store.KEY_MAX} printable characters.",
+            f"An Idempotency-Key is 1 to {store.KEY_MAX} visible ASCII characters "
+            "(spaces only inside).",
             field="Idempotency-Key",
         )
     key = key_of(request)
-    print_ = store.fingerprint(request.method or "", request.path, request.body)
+    prints = store.fingerprints(request.method or "", request.path, request.body)
     try:
-        claim = store.response_claim(key=key, idempotency_key=idempotency_key, print_=print_)
+        claim = store.response_claim(key=key, idempotency_key=idempotency_key, prints=prints)
     except store.OtherBody:
         raise Problem(
             422,

@@ -27,8 +27,8 @@ router = Router(tags=["runs"])
 class RunFilters(Schema):
     status: RunStatus | None = None
     stop_reason: StopReason | None = None
-    cursor: str | None = None
-    limit: int = 50
+    cursor: schemas.Cursor = None
+    limit: schemas.Limit = 50
 
 
 def run_of(request: HttpRequest, run_id: uuid.UUID) -> Any:
@@ -62,8 +62,6 @@ def run_create(
 @router.get("/runs", response=schemas.RunPage, summary="List runs, newest first")
 def run_list(request: HttpRequest, filters: Query[RunFilters]) -> Any:
     key = require_scope(request, Scope.READ)
-    if not 1 <= filters.limit <= 100:
-        raise Problem(422, "invalid", "limit: between 1 and 100.", field="limit")
     try:
         page = selectors.runs_page(
             merchant_id=key.merchant_id,

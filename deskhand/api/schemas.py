@@ -8,11 +8,17 @@ import uuid
 from typing import Annotated, Any, Literal
 
 from ninja import Schema
-from pydantic import AfterValidator, Field
+from pydantic import AfterValidator, Field, GetJsonSchemaHandler
+from pydantic.json_schema import JsonSchemaValue
+from pydantic_core import CoreSchema
 
 # NUL and the other C0 controls but tab and newlines, and lone surrogates: Postgres cannot
 # store the first, UTF-8 cannot encode the last; refused as input, never a 500.
-_UNSTORABLE = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\ud800-\udfff]")
+UNSTORABLE = r"\x00-\x08\x0b\x0c\x0e-\x1f\ud800-\udfff"
+_UNSTORABLE = re.compile(f"[{UNSTORABLE}]")
+
+# An email as the API takes one: something, one @, something; no spaces or control characters.
+EMAIL = r"^[^@\s\x00-\x1f]+@[^@\s\x00-\x1f]+$"
 
 
 def _storable(value: str) -> str:
@@ -21,14 +27,36 @@ def _storable(value: str) -> str:
     return value
 
 
-Clean = Annotated[str, AfterValidator(_storable)]
+class _StorableInDocument:
+    """Writes ``_storable``'s rule into the OpenAPI document as a ``pattern``, so a client (or
+    schemathesis) never sends, as valid, text the server refuses. Without the surrogates: a
+    regex of Unicode text cannot name them (JSON's ``"\\ud800"`` alone is not text), and
+    ``_storable`` refuses them all the same."""
+
+    def __get_pydantic_json_schema__(
+        self, core_schema: CoreSchema, handler: GetJsonSchemaHandler
+    ) -> JsonSchemaValue:
+        schema = handler(core_schema)
+        schema.setdefault("pattern", r"^[^\x00-\x08\x0b\x0c\x0e-\x1f]*$")
+        return schema
+
+
+Clean = Annotated[str, AfterValidator(_storable), _StorableInDocument()]
 
 
 # --- in ---------------------------------------------------------------------------
 
+PAGE_MAX = 100
+# A page's size, and the opaque cursor this API wrote (base64url, no padding): declared so a
+# request the document calls valid is never refused for them (a forged cursor still is: 400).
+Limit = Annotated[int, Field(ge=1, le=PAGE_MAX)]
+Cursor = Annotated[str, Field(max_length=200, pattern=r"^[A-Za-z0-9_-]*$")] | None
+# A ticket's reference as the desk writes it (``NW-12``); anything else names no ticket.
+REFERENCE = r"^[A-Za-z0-9-]{1,32}$"
+
 
 class TicketIn(Schema):
-    customer_email: Clean = Field(min_length=3, max_length=254, pattern=r"^[^@\s]+@[^@\s]+$")
+    customer_email: Clean = Field(min_length=3, max_length=254, pattern=EMAIL)
     customer_name: Clean = Field(default="", max_length=200)
     subject: Clean = Field(min_length=1, max_length=300)
     body: Clean = Field(min_length=1, max_length=20000)
@@ -39,8 +67,11 @@ class MessageIn(Schema):
 
 
 class RunIn(Schema):
-    ticket: Clean = Field(
-        min_length=1, max_length=32, description="The ticket's reference, e.g. NW-1."
+    ticket: str = Field(
+        min_length=1,
+        max_length=32,
+        pattern=REFERENCE,
+        description="The ticket's reference, e.g. NW-1.",
     )
 
 
@@ -51,9 +82,11 @@ class SteerIn(Schema):
 class DecideIn(Schema):
     decision: Literal["approve", "deny"]
     member: Clean = Field(
-        min_length=1,
+        min_length=3,
         max_length=254,
-        description="The email of the person this decision is theirs: an owner or agent.",
+        pattern=EMAIL,
+        description="The email of the person this decision is theirs: an owner or agent "
+        "of the key's merchant (anyone else is a 422, unknown-member).",
     )
     reason: Clean = Field(default="", max_length=500, description="Required to deny.")
     changes: dict[Clean, int | Clean] | None = Field(

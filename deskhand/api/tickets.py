@@ -9,7 +9,7 @@ from typing import Annotated, Any, Literal
 
 from django.db import transaction
 from django.http import HttpRequest
-from ninja import Header, Query, Router, Schema
+from ninja import Header, Path, Query, Router, Schema
 
 from deskhand.api import present, schemas
 from deskhand.api.core import audit, idempotent, key_person, require_scope
@@ -21,15 +21,17 @@ from deskhand.desk.thread import customer_for_address, thread_customer_message_a
 
 router = Router(tags=["tickets"])
 
+# Its length and characters are checked by ``core.idempotent`` (a 400 naming it), and
+# declared in the document by ``core.Api``.
 IdempotencyKey = Annotated[str | None, Header(alias="Idempotency-Key")]
-PAGE_MAX = 100
+Reference = Annotated[str, Path(pattern=schemas.REFERENCE)]
 
 
 class TicketFilters(Schema):
     status: Literal["open", "pending", "resolved", "escalated"] | None = None
     priority: Literal["low", "normal", "high", "urgent"] | None = None
-    cursor: str | None = None
-    limit: int = 50
+    cursor: schemas.Cursor = None
+    limit: schemas.Limit = 50
 
 
 def _cursor(ticket_id: str | None) -> str | None:
@@ -96,8 +98,6 @@ def ticket_create(
 @router.get("/tickets", response=schemas.TicketPage, summary="List tickets, newest first")
 def ticket_list(request: HttpRequest, filters: Query[TicketFilters]) -> Any:
     key = require_scope(request, Scope.READ)
-    if not 1 <= filters.limit <= PAGE_MAX:
-        raise Problem(422, "invalid", f"limit: between 1 and {PAGE_MAX}.", field="limit")
     page = selectors.tickets_page(
         merchant_id=key.merchant_id,
         status=filters.status or "",
@@ -114,7 +114,7 @@ def ticket_list(request: HttpRequest, filters: Query[TicketFilters]) -> Any:
 @router.get(
     "/tickets/{reference}", response=schemas.TicketDetail, summary="A ticket and its thread"
 )
-def ticket_get(request: HttpRequest, reference: str) -> Any:
+def ticket_get(request: HttpRequest, reference: Reference) -> Any:
     require_scope(request, Scope.READ)
     return present.ticket_detail(ticket_of(request, reference))
 
@@ -126,7 +126,7 @@ def ticket_get(request: HttpRequest, reference: str) -> Any:
 )
 def ticket_message_add(
     request: HttpRequest,
-    reference: str,
+    reference: Reference,
     payload: schemas.MessageIn,
     idempotency_key: IdempotencyKey = None,
 ) -> Any:

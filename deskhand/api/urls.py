@@ -25,7 +25,7 @@ api.add_router("", decisions.router)
 api.add_router("", usage.router)
 
 
-def _problem_405(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:
+def _as_problems(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:
     def wrapper(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
         response = view(request, *args, **kwargs)
         if response.status_code == 405 and not response.get("Content-Type", "").startswith(
@@ -47,7 +47,7 @@ def _problem_405(view: Callable[..., HttpResponse]) -> Callable[..., HttpRespons
 
 
 @csrf_exempt
-def unknown(request: HttpRequest, rest: str) -> HttpResponse:
+def unknown(request: HttpRequest, rest: str = "") -> HttpResponse:
     return problem_response(
         request, Problem(404, "not-found", "There is no such API path; see /api/v1/docs.")
     )
@@ -57,10 +57,13 @@ def _patterns() -> list[URLPattern | URLResolver]:
     patterns, _app, _namespace = api.urls
     out: list[URLPattern | URLResolver] = []
     for p in patterns:
-        if isinstance(p, URLPattern):
+        if isinstance(p, URLPattern) and p.name == "api-root":
+            # Ninja's root (which it reverses for the document's prefix) is an HTML 404.
+            p.callback = unknown
+        elif isinstance(p, URLPattern):
             if p.name in ("openapi-json", "openapi-view"):
                 p.callback = require_safe(p.callback)  # documents: read, never posted to
-            p.callback = _problem_405(p.callback)
+            p.callback = _as_problems(p.callback)
         out.append(p)
     return out
 

@@ -11,6 +11,7 @@ import pytest
 from django.test import Client
 from standardwebhooks import Webhook
 
+from deskhand.api.webhooks import DeskReply, HelpdeskAccepted, HelpdeskTicketCreated
 from deskhand.apikeys.helpdesk import source_create
 from deskhand.apikeys.models import ExternalTicket
 from deskhand.desk.models import Merchant, Ticket, TicketMessage
@@ -55,8 +56,10 @@ def secret(seeded) -> str:
 
 
 def test_a_signed_ticket_is_stored_once_per_webhook_id_and_per_external_id(secret):
+    HelpdeskTicketCreated.model_validate(new_ticket())  # the document's body for it
     first = Client().post(URL, **signed(secret, new_ticket(), webhook_id="msg_1"))
     assert first.status_code == 201, first.content
+    HelpdeskAccepted.model_validate(first.json(), strict=False)
     ref = first.json()["ticket"]
     again = Client().post(URL, **signed(secret, new_ticket(), webhook_id="msg_1"))
     assert again.status_code == 200 and again.json() == {**first.json(), "duplicate": True}
@@ -152,5 +155,6 @@ def test_the_agents_reply_reaches_the_desk_signed_once_under_a_stable_id(secret,
         assert (
             payload["external_id"] == "ZD-1001" and "Refunded 19.00." in payload["message"]["body"]
         )
+        DeskReply.model_validate(payload)  # what openapi.json's webhooks say
         ids.add(lowered["webhook-id"])
     assert len(ids) == 1 and HelpdeskReply.objects.get().attempts == 2

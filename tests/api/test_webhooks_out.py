@@ -14,6 +14,7 @@ from approvals.models import Approval
 from approvals.notification_models import WebhookEndpoint
 from approvals.notifications import webhook_set
 from approvals.outbox import outbox_send_due
+from deskhand.api import webhooks
 from deskhand.desk.models import Merchant
 from tests.consent.test_notifications import bare_run, gate_call, gate_request, receiver
 from tests.console.conftest import NW_OWNER, user
@@ -45,6 +46,7 @@ def test_a_receiver_verifies_approval_requested_with_the_standard_library(tseede
         lowered = {k.lower(): v for k, v in headers.items()}
         payload = Webhook(secret).verify(body, lowered)
         assert payload["event"] == "approval.requested"
+        webhooks.ApprovalEvent.model_validate(payload)  # what openapi.json's webhooks say
         ids.add(lowered["webhook-id"])
         assert lowered["webhook-id"] == payload["delivery_id"]
     assert len(ids) == 1
@@ -86,5 +88,6 @@ def test_a_finished_run_is_a_signed_run_finished_event_once(tseeded, receiver):
     [(headers, body, _)] = server.seen
     payload = Webhook(secret).verify(body, {k.lower(): v for k, v in headers.items()})
     assert payload["event"] == "run.finished"
+    webhooks.RunFinishedEvent.model_validate(payload)  # what openapi.json's webhooks say
     assert payload["run"]["id"] == str(run.pk) and payload["run"]["status"] == "failed"
     assert payload["run"]["ticket"] == "NW-2" and "summary" not in payload["run"]

@@ -361,6 +361,7 @@ TABLE: dict[str, dict[str, str]] = {
     # A help desk's signed webhook: no source is connected here, so 404 to everyone.
     "/api/v1/helpdesk/northwind/zendesk": {"POST": "404 404 404 404 404 404"},
     "/api/v1/": {m: "404 404 404 404 404 404" for m in METHODS},
+    "/api/v1": {m: "404 404 404 404 404 404" for m in METHODS},  # a problem, not a redirect
     "/api/v1/nowhere": {m: "404 404 404 404 404 404" for m in METHODS},
 }
 REDIRECTS = {
