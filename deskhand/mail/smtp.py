@@ -64,7 +64,10 @@ class InboundHandler:
     async def handle_DATA(self, server: SMTP, session: Session, envelope: Envelope) -> str:
         raw = envelope.original_content or b""
         try:
-            return await sync_to_async(_receive, thread_sensitive=True)(
+            # Not thread-sensitive: concurrent deliveries store side by side on a pool of
+            # threads (each with its own connection), not one after another on one thread
+            # (measured: 20 senders queued ~50 ms each behind one another).
+            return await sync_to_async(_receive, thread_sensitive=False)(
                 raw, envelope.mail_from or "", list(envelope.rcpt_tos)
             )
         except Exception:

@@ -8,7 +8,10 @@
 - ``deskhand.customer_line`` (id ``line-<line pk>``): step ``customer.route`` alone, for a
   line that came in through the API or a help desk.
 
-Both wait on the ``deskhand-intake`` queue, enqueued by the receiving process once the row
+While one runs, this worker's queues poll at least once a second
+(``queues_kicked_while_waiting``): a slot it frees is taken at once by the next message of
+a burst, not at the next fallback poll (``DESKHAND_QUEUE_POLL_SEC``, 5 s). Both wait on the
+``deskhand-intake`` queue, enqueued by the receiving process once the row
 is committed (``deskhand.mail.intake``, ``agent.customer.route.on_customer_wrote``), and
 by the sweep for anything whose enqueue was lost (``agent.customer.intake``). Every step
 is idempotent under a row lock, and DBOS resumes a workflow at the step that did not
@@ -26,6 +29,7 @@ from django.db import close_old_connections
 
 from agent.customer.route import customer_line_route
 from deskhand import crashpoints
+from deskhand.dbos.engine.queues import queues_kicked_while_waiting
 from deskhand.dbos.names import CUSTOMER_LINE_WORKFLOW, INBOUND_WORKFLOW
 from deskhand.fleet.lease import guard
 from deskhand.mail.process import inbound_process
@@ -67,13 +71,15 @@ def route_step(line_id: int) -> dict[str, Any]:
 @DBOS.workflow(name=INBOUND_WORKFLOW, max_recovery_attempts=10_000)
 def inbound_workflow(inbound_id: int) -> dict[str, Any]:
     """Process stored message ``inbound_id``, then route the customer's line it added."""
-    processed = process_step(inbound_id)
-    line = processed["line"]
-    routed = route_step(int(line)) if line is not None else None
+    with queues_kicked_while_waiting():
+        processed = process_step(inbound_id)
+        line = processed["line"]
+        routed = route_step(int(line)) if line is not None else None
     return {"processed": processed, "routed": routed}
 
 
 @DBOS.workflow(name=CUSTOMER_LINE_WORKFLOW, max_recovery_attempts=10_000)
 def customer_line_workflow(line_id: int) -> dict[str, Any]:
     """Route customer line ``line_id`` (one that came in another way than mail)."""
-    return route_step(line_id)
+    with queues_kicked_while_waiting():
+        return route_step(line_id)
