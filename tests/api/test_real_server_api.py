@@ -35,6 +35,7 @@ from tests.console.conftest import (
     user,
     web_process_on_test_database,
 )
+from tests.support.waiting import until
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -178,10 +179,7 @@ def test_one_webhook_delivered_five_times_at_once_makes_one_ticket(server, tseed
     link = ExternalTicket.objects.get(external_id="ZD-77")
     assert TicketMessage.objects.filter(ticket=link.ticket).count() == 1
     # Northwind answers every customer message with a run: one message, one run.
-    deadline = time.monotonic() + 30
-    while not Run.objects.filter(ticket=link.ticket).exists():
-        assert time.monotonic() < deadline, "no run opened for the desk's ticket"
-        time.sleep(0.2)
+    until("a run opened for the desk's ticket", Run.objects.filter(ticket=link.ticket).exists)
     time.sleep(2)  # any second run would have been opened by now
     assert Run.objects.filter(ticket=link.ticket).count() == 1
 

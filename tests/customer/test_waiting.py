@@ -20,6 +20,7 @@ from deskhand.desk.models import Merchant, MessageDirection, OutboundEmail, Tick
 from tests.fixtures.dbos import wait_for_run, wait_terminal
 from tests.mail.conftest import mail
 from tests.mail.test_smtp import send
+from tests.support.waiting import until
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -32,15 +33,13 @@ def omar_writes(port: int, **kw) -> None:
     send(port, mail(**kw), sender=OMAR)
 
 
-def asked(ticket: Ticket, timeout: float = 60.0) -> Run:
+def asked(ticket: Ticket) -> Run:
     """The run opened on the ticket, once it has asked and parked on the customer."""
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        run = Run.objects.filter(ticket=ticket).first()
-        if run is not None and run.status == "awaiting_customer":
-            return run
-        time.sleep(0.05)
-    raise AssertionError(f"no run parked on the customer: {list(Run.objects.values('status'))}")
+    return until(
+        f"a run on {ticket.reference} parked on the customer",
+        lambda: Run.objects.filter(ticket=ticket, status="awaiting_customer").first(),
+        seen=lambda: list(Run.objects.values("status")),
+    )
 
 
 def new_ticket(port: int) -> Ticket:
@@ -82,7 +81,7 @@ def test_the_answer_wakes_the_run_which_reads_it_fenced_and_answers(dbos_executo
     answer = TicketMessage.objects.get(message_id="<omar-2@mail.example.com>")
     assert answer.ticket_id == ticket.pk
     stored = time.monotonic()
-    woken = wait_for_run(str(run.id), lambda r: r.status != "awaiting_customer", timeout=30)
+    woken = wait_for_run(str(run.id), lambda r: r.status != "awaiting_customer")
     latency = time.monotonic() - stored
     run = wait_terminal(str(run.id))
     assert run.status == "succeeded", run.summary
@@ -153,10 +152,7 @@ def test_a_run_waiting_for_the_customer_outlives_its_worker_and_wakes_on_the_ans
     run = asked(ticket)
     question = OutboundEmail.objects.get(ticket=ticket)
     # Until the wait itself is checkpointed, so the killed worker left a parked run behind.
-    end = time.monotonic() + 30
-    while time.monotonic() < end and not _parked_in_recv(str(run.pk)):
-        time.sleep(0.05)
-    assert _parked_in_recv(str(run.pk))
+    until("the wait for the customer checkpointed in DBOS", lambda: _parked_in_recv(str(run.pk)))
     worker.kill()
 
     # Omar answers while no worker is up: the wake-up waits in DBOS for the run.
@@ -170,7 +166,7 @@ def test_a_run_waiting_for_the_customer_outlives_its_worker_and_wakes_on_the_ans
     assert Run.objects.get(pk=run.pk).status == "awaiting_customer"
 
     worker.start()
-    run = wait_terminal(str(run.id), timeout=90)
+    run = wait_terminal(str(run.id))
     assert run.status == "succeeded", run.summary
     steps = [s.tool for s in Step.objects.filter(run=run, kind="tool")]
     assert steps.count("ask_customer") == 2 and "get_order" in steps  # asked once, answered once
