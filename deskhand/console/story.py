@@ -21,6 +21,7 @@ from typing import Any
 from django.utils import timezone
 
 from agent.conversation import fence
+from agent.customer.news import NOTHING_SENT, REPLY_TOOL
 from agent.models import Step
 from agent.run import payloads
 from agent.run.payloads import StepKind
@@ -175,6 +176,8 @@ def _tool(step: Step, p: payloads.ToolPayload, currency: str) -> str:
         )
     if not step.ok:
         reason = fence.unwrap(p.text).strip() or "no reason given"
+        if name == REPLY_TOOL and reason.startswith(NOTHING_SENT):
+            return reason  # the gate's own sentence, whole: why the customer heard nothing
         return f"Tried to {intent(name, args, currency)}, which failed: {_quote(reason)}"
     if step.replayed:
         return (
