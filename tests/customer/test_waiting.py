@@ -8,6 +8,7 @@ clock a test may move) ends the run truthfully: ``customer did not reply``.
 
 from __future__ import annotations
 
+import re
 import time
 
 import pytest
@@ -64,6 +65,9 @@ def test_the_answer_wakes_the_run_which_reads_it_fenced_and_answers(dbos_executo
     run = asked(ticket)
     question = OutboundEmail.objects.get(ticket=ticket)
     assert "order number" in question.body and question.body.endswith("Northwind Coffee")
+    # Omar's own subject, "Re:" once, with the ticket's tag; the body never names the ticket.
+    assert question.subject == f"Re: Where is my order? [#{ticket.reference}]"
+    assert not re.search(rf"\b{ticket.reference}\b", question.body), question.body
     line = question.thread_message
     assert line.in_reply_to == "<omar-1@mail.example.com>" and line.message_id
     waited_until = run.waiting_until
@@ -97,6 +101,8 @@ def test_the_answer_wakes_the_run_which_reads_it_fenced_and_answers(dbos_executo
     reply = OutboundEmail.objects.filter(ticket=ticket).order_by("pk").last()
     assert reply is not None and reply.pk != question.pk
     assert "NW-1077" in reply.body and "not late" in reply.body
+    # Omar answered "Re: Re: …" (his client's doing): the reply still says "Re:" once.
+    assert reply.subject == f"Re: Where is my order? [#{ticket.reference}]"
     assert not run.refunds.exists()
     assert Ticket.objects.get(pk=ticket.pk).status == "pending"
 
