@@ -21,6 +21,7 @@ from django.utils import timezone
 from agent.conversation import fence
 from agent.models import Run, Step
 from agent.privacy.models import Redaction, RedactionReason
+from agent.providers.scripted import MARK
 from agent.run import payloads
 from agent.run.payloads import StepKind
 from agent.tools import REGISTRY
@@ -360,9 +361,11 @@ class ApprovalView:
 
     @property
     def headline(self) -> str:
-        return (
-            self.approval.preview.splitlines()[0] if self.approval.preview else self.approval.tool
-        )
+        """The preview's first line, as a heading: "Reply to the customer on NW-1", without the
+        colon that introduced the body below it."""
+        if not self.approval.preview:
+            return words.tool(self.approval.tool)
+        return self.approval.preview.splitlines()[0].rstrip().rstrip(":")
 
     @property
     def has_more(self) -> bool:
@@ -378,8 +381,10 @@ class ApprovalView:
     def claims(self) -> list[tuple[str, str]]:
         """What the model asserts and nothing checked (its reason), labelled as such."""
         args = self.approval.arguments if isinstance(self.approval.arguments, dict) else {}
+        # The keyless provider marks what it writes for staff; the banner already says which
+        # provider runs, so the mark never starts the sentence a person decides on.
         return [
-            (CLAIM_LABELS[key], str(args[key]))
+            (CLAIM_LABELS[key], str(args[key]).strip().removeprefix(MARK).strip())
             for key in CLAIM_LABELS
             if isinstance(args.get(key), str) and args[key].strip()
         ]

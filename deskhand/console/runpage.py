@@ -44,6 +44,8 @@ def panel_context(run: Run, membership: Membership) -> dict[str, Any]:
     return {
         "run": run,
         "can_act": membership.can_act,
+        # Times on the page are the merchant's, labelled (``words.moment``).
+        "zone": membership.merchant.timezone,
         # Decided approvals keep their card, order facts included: the page says what was weighed.
         "approvals": present.approval_views(
             [
