@@ -225,25 +225,48 @@ def timeline(
 
 @dataclasses.dataclass(frozen=True)
 class Spend:
-    """Where the run's time and money went, by kind of step."""
+    """Where the run's time and money went, by kind of step; the parts add up to its wall time."""
 
     model_ms: int
     tool_ms: int
     waited_s: float
     model_bar: int
     tool_bar: int
+    # The rest of the run's wall time: queues, the worker's own work, saving each step.
+    other_s: float = 0.0
+
+    @property
+    def model(self) -> str:
+        return duration(self.model_ms / 1000)
+
+    @property
+    def tools(self) -> str:
+        return duration(self.tool_ms / 1000)
+
+    @property
+    def waited(self) -> str:
+        return duration(self.waited_s)
+
+    @property
+    def other(self) -> str:
+        return duration(self.other_s)
 
 
 def spend(run: Run, steps: list[Step]) -> Spend:
     model_ms = sum(s.latency_ms for s in steps if s.kind == StepKind.MODEL)
     tool_ms = sum(s.latency_ms for s in steps if s.kind == StepKind.TOOL)
     total = model_ms + tool_ms
+    started = run.started_at or run.created_at
+    end = run.finished_at or (timezone.now() if run.is_open else run.updated_at)
+    wall = (end - started).total_seconds() if end and started else 0.0
+    waited = float(run.waited_seconds or 0)
     return Spend(
         model_ms=model_ms,
         tool_ms=tool_ms,
-        waited_s=run.waited_seconds,
+        waited_s=waited,
         model_bar=_bar(model_ms, total),
         tool_bar=_bar(tool_ms, total),
+        other_s=max(0.0, wall - total / 1000 - waited),
     )
 
 

@@ -142,7 +142,7 @@ def moment(value: dt.datetime | None, zone: str = "UTC", *, now: dt.datetime | N
     if value is None:
         return "—"
     try:
-        tz = ZoneInfo(zone or "UTC")
+        tz = ZoneInfo(str(zone or "UTC"))
     except (KeyError, ValueError):
         tz = ZoneInfo("UTC")
     if timezone.is_naive(value):
