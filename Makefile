@@ -11,8 +11,10 @@ $(STAMP): pyproject.toml
 	  echo "Creating $(VENV) with $$BASE"; \
 	  "$$BASE" -m venv "$(VENV)"; \
 	fi
-	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e . --group dev
+	@echo "Installing Deskhand's Python packages into $(VENV) (first run or pyproject.toml changed: a few minutes)..."
+	@$(PY) -m pip install --quiet --upgrade pip
+	@$(PY) -m pip install --quiet -e . --group dev
+	@echo "Installed."
 	@touch $(STAMP)
 
 venv: $(STAMP)

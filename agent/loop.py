@@ -261,7 +261,8 @@ class Loop:
         if request.get("closed"):
             raise closed_quietly(request["closed"])
         if request.get("refused"):
-            # The pre-check found it could not be paid: no approval; the model reads why.
+            # The pre-check refused it (money that cannot move, a reply with nothing new for
+            # the customer): no approval; the model reads why.
             return self._result(call, request["refused"], False)
         if request.get("mismatch"):
             # A re-derived call under an existing approval: refuse now rather than ask a

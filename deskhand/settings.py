@@ -97,6 +97,9 @@ MIDDLEWARE = [
     "deskhand.edge.middleware.content_length",
     "django.middleware.security.SecurityMiddleware",
     "django.middleware.csp.ContentSecurityPolicyMiddleware",
+    # Outside refuse_malformed and the 503 page, so the pages that answer before any view
+    # carry X-Frame-Options like every other page (issue 40).
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "deskhand.edge.middleware.refuse_malformed",
     "deskhand.edge.middleware.DatabaseUnavailableMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
@@ -104,7 +107,6 @@ MIDDLEWARE = [
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
-    "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
 ]
 

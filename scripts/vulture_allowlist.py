@@ -42,6 +42,9 @@ _.tool_words
 _.arg_words
 _.duration_words
 _.cents_words
+_.run_status_words
+_.moment_words
+_.audit_words
 _.in_units  # a filter, and a property of the approval card read by its template
 _.raw_arguments  # the card's <details> with the codes
 _.proposed_summary

@@ -17,6 +17,7 @@ from django.utils import timezone
 from agent.consent.narrowing import changes_text
 from agent.consent.policy import policy_match
 from agent.conversation.live import DENIAL_TEXT  # noqa: F401 - the words a denial is sent as
+from agent.customer.news import REPLY_TOOL, reply_precheck
 from agent.ledger import lineage
 from agent.ledger.answers import log_effect_answer
 from agent.models import Run, RunStatus, Step
@@ -30,6 +31,9 @@ from approvals.notifications import NotificationEvent, notify_approval
 from approvals.services import approval_decide_by_policy, approval_expire
 from deskhand import events
 from deskhand.desk.rows import row_by_pk
+
+# The calls a pre-check may refuse before anyone is asked.
+PRECHECKED = ("issue_refund", REPLY_TOOL)
 
 
 def gate_open(run_id: str, seq: int, call: dict[str, Any]) -> dict[str, Any]:
@@ -71,9 +75,14 @@ def gate_request(
         done = lineage.performed(run, call) if lookup else None
         if done is not None:
             return {"done": done}
-        if name == "issue_refund" and not _asked(run_id, call_id):
-            # Nobody is asked to approve money that cannot move: the model reads why instead.
-            why = refund_precheck(run_id, args, run=run)
+        if name in PRECHECKED and not _asked(run_id, call_id):
+            # Nobody is asked to approve money that cannot move, nor a reply with nothing in
+            # it for the customer: the model reads why instead, and so does the run's story.
+            why = (
+                refund_precheck(run_id, args, run=run)
+                if name == "issue_refund"
+                else reply_precheck(run, call_id)
+            )
             if why:
                 log_effect_answer(
                     run_id=run_id,
@@ -154,7 +163,7 @@ def gate_request(
 
 
 def _asked(run_id: str, call_id: str) -> bool:
-    """Whether this call's approval was opened already (a re-executed request): its refund
+    """Whether this call's approval was opened already (a re-executed request): its
     pre-check was passed then, and is not asked again."""
     with connection.cursor() as cur:  # no query compiled for it on every gated call
         cur.execute(

@@ -25,11 +25,12 @@ from django.core.mail.backends.smtp import EmailBackend
 from agent.effects import config
 from agent.effects.base import Outcome, Retry, with_retries
 from agent.ledger.models import LedgerEntry
-from agent.tools.irreversible import asked_result, email_result, reply_result
+from agent.tools.irreversible import asked_result, email_result, reply_result, ticket_email_send
 from agent.tools.reads import run_ticket
 from agent.tools.registry import ToolContext, ToolError
 from deskhand.desk import services, thread
 from deskhand.desk.models import Ticket
+from deskhand.desk.subjects import reply_subject
 
 NAME = "smtp"
 REPLY = "reply_to_customer"
@@ -118,8 +119,9 @@ class SmtpAdapter:
     def _message(self, entry: LedgerEntry, ticket: Ticket, cfg: config.SmtpConfig) -> EmailMessage:
         """The message as it leaves: from the merchant's support address, under its name.
 
-        A reply is threaded (``In-Reply-To`` the customer's last message, ``References`` the
-        chain), signed, its ``Reply-To`` carrying the ticket's reply token; both kinds say
+        Every kind is threaded the same way (``In-Reply-To`` the customer's last message,
+        ``References`` the chain, ``Re:`` their subject once with the ticket's tag), signed,
+        its ``Reply-To`` carrying the ticket's reply token; all say
         ``Auto-Submitted: auto-replied`` so a well-behaved autoresponder stays quiet.
         """
         to = [str(Address(display_name=ticket.customer.name, addr_spec=ticket.customer.email))]
@@ -129,29 +131,22 @@ class SmtpAdapter:
             "Auto-Submitted": "auto-replied",
         }
         if entry.tool in THREAD_REPLIES:
-            h = thread.reply_headers(ticket)
-            sender = Address(display_name=h.from_name, addr_spec=h.from_address or cfg.mail_from)
-            if h.in_reply_to:
-                headers["In-Reply-To"] = h.in_reply_to
-                headers["References"] = h.references
-            return EmailMessage(
-                subject=h.subject[: services.SUBJECT_MAX_CHARS],
-                body=thread.signed(_words(entry.tool, entry.arguments), ticket.merchant.name),
-                from_email=str(sender),
-                to=to,
-                reply_to=[h.reply_to] if h.reply_to else None,
-                headers=headers,
+            body = _words(entry.tool, entry.arguments)
+        else:
+            _, body = services.email_check(
+                subject=entry.arguments["subject"], body=entry.arguments["body"]
             )
-        subject, body = services.email_check(
-            subject=entry.arguments["subject"], body=entry.arguments["body"]
-        )
-        from_address = thread.merchant_support_address(ticket) or cfg.mail_from
-        sender = Address(display_name=ticket.merchant.name, addr_spec=from_address)
+        h = thread.reply_headers(ticket)
+        sender = Address(display_name=h.from_name, addr_spec=h.from_address or cfg.mail_from)
+        if h.in_reply_to:
+            headers["In-Reply-To"] = h.in_reply_to
+            headers["References"] = h.references
         return EmailMessage(
-            subject=subject,
+            subject=reply_subject(h.subject)[: services.SUBJECT_MAX_CHARS],
             body=thread.signed(body, ticket.merchant.name),
             from_email=str(sender),
             to=to,
+            reply_to=[h.reply_to] if h.reply_to else None,
             headers=headers,
         )
 
@@ -196,9 +191,8 @@ class SmtpAdapter:
             said = asked_result if entry.tool == ASK else reply_result
             return said(ticket, reply).text, True
         if outcome.state == "done":
-            email = services.email_send(
+            email = ticket_email_send(
                 ticket=ticket,
-                subject=entry.arguments["subject"],
                 body=entry.arguments["body"],
                 run_id=entry.run_id,
                 ledger_entry_id=entry.pk,

@@ -40,6 +40,7 @@ from agent.providers.policy_reading import (
 )
 from agent.providers.replies import question_body, reply_body
 from agent.providers.scripted import MARK, _assistant_turns, _Reporting, say
+from deskhand.desk.money import display_cents
 
 Step = tuple[str, dict[str, Any]]
 Placed = tuple[dt.datetime, dict[str, Any]]
@@ -418,7 +419,7 @@ class Case:
         if done and isinstance(done.data, dict):
             amount = int(done.data.get("refunded_cents", amount))
         name = str((self.ticket.get("customer") or {}).get("name", "")).split(" ")[0] or "there"
-        money = format_money(amount, dup["currency"])
+        money = display_cents(amount, dup["currency"])  # as the customer reads it: "$179.00"
         body = (
             f"Hello {name},\n\nYou were charged twice: {first['reference']} and "
             f"{dup['reference']} are the same order. We treated {dup['reference']} as the duplicate "

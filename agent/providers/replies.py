@@ -7,8 +7,10 @@ cannot work without, the order, when the ticket names none (``question_body``).
 Everything here reaches a customer, so it is built only from facts the tools returned (the
 order, the refunds made, the published policy) and the customer's own name: never from the
 reasoning written for staff, never with the provider's internal mark, and never quoting the
-customer's text back (it may hold instructions addressed to the agent). The merchant's
-name is added as the signature where the reply is sent (``deskhand.desk.thread.signed``).
+customer's text back (it may hold instructions addressed to the agent). It names money as
+the customer reads it (``$38.00``) and never the ticket's reference, which the customer has
+only seen in the subject's tag. The merchant's name is added as the signature where the
+reply is sent (``deskhand.desk.thread.signed``).
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from agent.providers.policy_reading import format_money
+from deskhand.desk.money import display_cents
 
 # ``agent.providers.policy``'s Case and Verdict; not imported, so the two modules make no circle.
 Case = Any
@@ -47,7 +49,8 @@ def _refunds(case: Case) -> list[str]:
         data: dict[str, Any] = c.data if isinstance(c.data, dict) else {}
         currency = data.get("currency") or case.orders().get(str(ref), {}).get("currency", "USD")
         cents = data.get("refunded_cents", c.args.get("amount_cents"))
-        money = format_money(int(cents), currency) if isinstance(cents, int) else "the amount"
+        # As the customer reads money ("$38.00", "¥4,000"), never the log's "38.00 USD".
+        money = display_cents(cents, currency) if isinstance(cents, int) else "the amount"
         if c.succeeded:
             timing = _refund_timing(case, [c.text or ""])
             out.append(
@@ -89,11 +92,11 @@ def reply_body(case: Case, verdict: Verdict) -> str:
         )
     elif verdict.status == "escalated":
         parts.append(
-            f"Thank you for your message about {case.reference}. I have passed it to a colleague, "
-            "who will look into it and get back to you."
+            "Thank you for your message. I have passed it to a colleague, who will look into it "
+            "and get back to you."
         )
     elif not refunds:
-        parts.append(f"Thank you for your message about {case.reference}; we have looked into it.")
+        parts.append("Thank you for your message; we have looked into it.")
     parts.append("If anything is unclear, just reply to this email.")
     return "\n\n".join(parts)
 
@@ -102,7 +105,6 @@ def question_body(case: Case) -> str:
     """The question when the ticket names no order: the one fact needed to check anything."""
     return (
         f"Hello {_first_name(case)},\n\n"
-        f"Thank you for your message about {case.reference}. So that I can look into it, could "
-        "you reply with the order number it is about? You will find it in your order "
-        "confirmation email."
+        "Thank you for your message. So that I can look into it, could you reply with the order "
+        "number it is about? You will find it in your order confirmation email."
     )

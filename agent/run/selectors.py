@@ -226,13 +226,34 @@ def ticket_done(*, ticket: Ticket, limit: int = 50) -> list[DoneOnTicket]:
         .select_related("order")
         .order_by("created_at", "id")[:limit]
     ]
+    # An email is told by its words, not its subject: every answer on a thread shares one
+    # ("Re: …"), so two replies read as the same line twice (issue 40).
     emails = [
-        DoneOnTicket("email", None, "", e.subject, e.run_id, e.sent_at)
+        DoneOnTicket("email", None, "", _gist(e.body), e.run_id, e.sent_at)
         for e in OutboundEmail.objects.filter(merchant_id=ticket.merchant_id, ticket=ticket)
-        .only("subject", "run_id", "sent_at")
+        .only("body", "run_id", "sent_at")
         .order_by("sent_at", "id")[:limit]
     ]
-    return sorted(refunds + emails, key=lambda d: d.at)
+    seen: set[tuple[str, str, object]] = set()
+    done = []
+    for d in sorted(refunds + emails, key=lambda d: d.at):
+        if d.what == "email" and (d.what, d.detail, d.run_id) in seen:
+            continue  # the same words from the same run (a copy re-sent after a crash)
+        seen.add((d.what, d.detail, d.run_id))
+        done.append(d)
+    return done
+
+
+GIST_CHARS = 90
+
+
+def _gist(body: str) -> str:
+    """An email's opening words after its greeting: "We have refunded $38.00 against…"."""
+    lines = [line.strip() for line in body.splitlines() if line.strip()]
+    if len(lines) > 1 and lines[0].lower().startswith(("hello", "hi ", "dear")):
+        lines = lines[1:]
+    text = " ".join(lines)
+    return text if len(text) <= GIST_CHARS else text[: GIST_CHARS - 1].rstrip() + "…"
 
 
 def rerun_needs_confirming(*, ticket: Ticket, done: list[DoneOnTicket]) -> bool:

@@ -32,6 +32,7 @@ from agent.tools.registry import Narrowing, Risk, ToolContext, ToolDef, ToolOutc
 from deskhand.desk import services, thread
 from deskhand.desk.models import Order, OutboundEmail, Refund, Ticket
 from deskhand.desk.money import format_cents
+from deskhand.desk.subjects import reply_subject
 
 
 def _ledger_entry(ctx: ToolContext, tool: str) -> int:
@@ -81,14 +82,40 @@ def refund_result(order: Order, refund: Refund) -> ToolOutcome:
 def send_customer_email(ctx: ToolContext, args: dict[str, Any]) -> ToolOutcome:
     entry = _ledger_entry(ctx, "send_customer_email")
     ticket = run_ticket(ctx, args["reference"])
-    email = services.email_send(
-        ticket=ticket,
-        subject=args["subject"],
-        body=args["body"],
-        run_id=ctx.run_id,
-        ledger_entry_id=entry,
+    services.email_check(subject=args["subject"], body=args["body"])
+    email = ticket_email_send(
+        ticket=ticket, body=args["body"], run_id=ctx.run_id, ledger_entry_id=entry
     )
     return email_result(ticket, email)
+
+
+def ticket_email_send(
+    *,
+    ticket: Ticket,
+    body: str,
+    run_id: Any,
+    ledger_entry_id: int,
+    message_id: str = "",
+) -> OutboundEmail:
+    """A customer email on a ticket, threaded as every reply is, whichever merchant sends it.
+
+    The customer reads it in their own conversation: ``Re:`` their subject once, with the
+    ticket's tag (``thread.reply_headers``), in reply to their last message. The subject the
+    call proposed is what staff read on the approval card; a customer who wrote "Charged
+    twice" finds the answer under "Re: Charged twice [#LU-2]", not under a new title.
+    """
+    h = thread.reply_headers(ticket)
+    return services.email_send(
+        ticket=ticket,
+        subject=reply_subject(h.subject)[: services.SUBJECT_MAX_CHARS],
+        body=body,
+        run_id=run_id,
+        ledger_entry_id=ledger_entry_id,
+        message_id=message_id,
+        from_address=h.from_address,
+        in_reply_to=h.in_reply_to,
+        references=h.references,
+    )
 
 
 def email_result(ticket: Ticket, email: OutboundEmail) -> ToolOutcome:
@@ -231,9 +258,11 @@ TOOLS: list[ToolDef] = [
     ToolDef(
         name="send_customer_email",
         description=(
-            "Email the customer on this run's ticket (subject 3 to 200 characters, one line; body "
-            "10 to 4000). It also appears on the ticket thread. Irreversible: a person approves it "
-            "before it is sent, and once sent it cannot be recalled."
+            "Email the customer on this run's ticket (subject 3 to 200 characters, one line, what "
+            "the approver reads it is about; body 10 to 4000). It goes out on the ticket's email "
+            "thread, under the customer's own subject, and appears on the ticket thread. "
+            "Irreversible: a person approves it before it is sent, and once sent it cannot be "
+            "recalled."
         ),
         risk=Risk.IRREVERSIBLE,
         input_schema=object_schema(reference=STRING, subject=STRING, body=STRING),

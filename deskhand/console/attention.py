@@ -99,8 +99,10 @@ def ticket_stakes(*, merchant_id: int, tickets: list[Ticket]) -> dict[int, Stake
     """For each ticket, what is still refundable on the orders its customer names in it.
 
     Only the ticket customer's own orders at this merchant count; a ticket that names none
-    has nothing at stake here (it is left out of the answer).
+    has nothing at stake here (it is left out of the answer), and neither has a resolved
+    one: what is left refundable on its orders is no longer in question (issue 40).
     """
+    tickets = [t for t in tickets if t.status != TicketStatus.RESOLVED]
     if not tickets:
         return {}
     ids = [t.pk for t in tickets]

@@ -1,4 +1,5 @@
-"""What every console page shows in its navigation: how many things wait for a person."""
+"""What every console page shows in its navigation (how many things wait for a person) and
+the merchant's time zone its times are told in (``words.moment``)."""
 
 from __future__ import annotations
 
@@ -15,5 +16,6 @@ def attention(request: HttpRequest) -> dict[str, object]:
         return {}
     # Lazy: an htmx partial that never shows the navigation costs no query.
     return {
-        "attention": SimpleLazyObject(lambda: attention_counts(merchant_id=membership.merchant_id))
+        "attention": SimpleLazyObject(lambda: attention_counts(merchant_id=membership.merchant_id)),
+        "zone": SimpleLazyObject(lambda: membership.merchant.timezone),
     }

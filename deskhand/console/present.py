@@ -21,6 +21,7 @@ from django.utils import timezone
 from agent.conversation import fence
 from agent.models import Run, Step
 from agent.privacy.models import Redaction, RedactionReason
+from agent.providers.scripted import MARK
 from agent.run import payloads
 from agent.run.payloads import StepKind
 from agent.tools import REGISTRY
@@ -224,25 +225,48 @@ def timeline(
 
 @dataclasses.dataclass(frozen=True)
 class Spend:
-    """Where the run's time and money went, by kind of step."""
+    """Where the run's time and money went, by kind of step; the parts add up to its wall time."""
 
     model_ms: int
     tool_ms: int
     waited_s: float
     model_bar: int
     tool_bar: int
+    # The rest of the run's wall time: queues, the worker's own work, saving each step.
+    other_s: float = 0.0
+
+    @property
+    def model(self) -> str:
+        return duration(self.model_ms / 1000)
+
+    @property
+    def tools(self) -> str:
+        return duration(self.tool_ms / 1000)
+
+    @property
+    def waited(self) -> str:
+        return duration(self.waited_s)
+
+    @property
+    def other(self) -> str:
+        return duration(self.other_s)
 
 
 def spend(run: Run, steps: list[Step]) -> Spend:
     model_ms = sum(s.latency_ms for s in steps if s.kind == StepKind.MODEL)
     tool_ms = sum(s.latency_ms for s in steps if s.kind == StepKind.TOOL)
     total = model_ms + tool_ms
+    started = run.started_at or run.created_at
+    end = run.finished_at or (timezone.now() if run.is_open else run.updated_at)
+    wall = (end - started).total_seconds() if end and started else 0.0
+    waited = float(run.waited_seconds or 0)
     return Spend(
         model_ms=model_ms,
         tool_ms=tool_ms,
-        waited_s=run.waited_seconds,
+        waited_s=waited,
         model_bar=_bar(model_ms, total),
         tool_bar=_bar(tool_ms, total),
+        other_s=max(0.0, wall - total / 1000 - waited),
     )
 
 
@@ -360,9 +384,11 @@ class ApprovalView:
 
     @property
     def headline(self) -> str:
-        return (
-            self.approval.preview.splitlines()[0] if self.approval.preview else self.approval.tool
-        )
+        """The preview's first line, as a heading: "Reply to the customer on NW-1", without the
+        colon that introduced the body below it."""
+        if not self.approval.preview:
+            return words.tool(self.approval.tool)
+        return self.approval.preview.splitlines()[0].rstrip().rstrip(":")
 
     @property
     def has_more(self) -> bool:
@@ -378,8 +404,10 @@ class ApprovalView:
     def claims(self) -> list[tuple[str, str]]:
         """What the model asserts and nothing checked (its reason), labelled as such."""
         args = self.approval.arguments if isinstance(self.approval.arguments, dict) else {}
+        # The keyless provider marks what it writes for staff; the banner already says which
+        # provider runs, so the mark never starts the sentence a person decides on.
         return [
-            (CLAIM_LABELS[key], str(args[key]))
+            (CLAIM_LABELS[key], str(args[key]).strip().removeprefix(MARK).strip())
             for key in CLAIM_LABELS
             if isinstance(args.get(key), str) and args[key].strip()
         ]

@@ -44,6 +44,8 @@ def panel_context(run: Run, membership: Membership) -> dict[str, Any]:
     return {
         "run": run,
         "can_act": membership.can_act,
+        # Times on the page are the merchant's, labelled (``words.moment``).
+        "zone": membership.merchant.timezone,
         # Decided approvals keep their card, order facts included: the page says what was weighed.
         "approvals": present.approval_views(
             [
@@ -64,6 +66,7 @@ def panel_context(run: Run, membership: Membership) -> dict[str, Any]:
         "tokens": run.total_tokens,
         "cache_hit": "—" if run.cache_hit_ratio is None else f"{run.cache_hit_ratio:.0%}",
         "wall": present.duration((end - started).total_seconds()) if end else "—",
+        "waited": present.duration(run.waited_seconds),  # in the wall time's own units
         "cost": present.dollars(run.cost_micros),
         "now": now,
         "started_ago": story.ago(run.created_at, now),

@@ -21,9 +21,12 @@ from typing import Any
 from django.utils import timezone
 
 from agent.conversation import fence
+from agent.customer.news import NOTHING_SENT, REPLY_TOOL
+from agent.customer.wait import ANSWER_PREFIX
 from agent.models import Step
 from agent.run import payloads
 from agent.run.payloads import StepKind
+from deskhand.console import words
 from deskhand.desk.money import display_cents as cents
 
 MAX_QUOTE = 80  # characters of outside text a sentence quotes before it cuts
@@ -49,6 +52,7 @@ STOP_WORDS = {
     "enqueue_lost": "the run was lost before a worker took it",
     "recovery_exhausted": "it failed again every time it was recovered",
     "cancelled": "it was cancelled",
+    "customer_no_reply": "the customer did not answer in time",
     "error": "an unexpected error",
 }
 
@@ -123,7 +127,7 @@ def intent(name: str, args: Any, currency: str = "USD") -> str:
         "add_internal_note": lambda: f"add an internal note to {_ref(a)}",
     }
     phrase = phrases.get(name)
-    return phrase() if phrase else f"use the tool {name}"
+    return phrase() if phrase else words.tool(name).lower()
 
 
 def _and(parts: list[str]) -> str:
@@ -175,6 +179,8 @@ def _tool(step: Step, p: payloads.ToolPayload, currency: str) -> str:
         )
     if not step.ok:
         reason = fence.unwrap(p.text).strip() or "no reason given"
+        if name == REPLY_TOOL and reason.startswith(NOTHING_SENT):
+            return reason  # the gate's own sentence, whole: why the customer heard nothing
         return f"Tried to {intent(name, args, currency)}, which failed: {_quote(reason)}"
     if step.replayed:
         return (
@@ -219,6 +225,11 @@ def _tool(step: Step, p: payloads.ToolPayload, currency: str) -> str:
         return f"Emailed the customer {_quote(args.get('subject', ''))}"
     if name == "reply_to_customer":
         return f"Replied to the customer on {_ref(args)}"
+    if name == "ask_customer":
+        text = fence.unwrap(p.text).strip()
+        if text.startswith(ANSWER_PREFIX):
+            return f"The customer answered the question on {_ref(args)}"
+        return f"Asked the customer a question on {_ref(args)} and waited for the answer"
     if name == "cancel_order":
         return f"Cancelled order {_ref(args, 'order_reference')}"
     if r.get("changed") is False:
@@ -238,7 +249,7 @@ def _done(name: str, a: Mapping[str, Any]) -> str:
         return f"Assigned {_ref(a)} to {a.get('assignee_email')}"
     if name == "add_internal_note":
         return f"Added an internal note to {_ref(a)}"
-    return f"Used the tool {name}"
+    return f"Did this: {words.tool(name).lower()}"
 
 
 def _approval(step: Step, p: payloads.ApprovalPayload, currency: str) -> str:

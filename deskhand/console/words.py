@@ -1,12 +1,17 @@
 """Words, not codes: what a support person reads where the step log and the registry keep codes.
 
-Stop reasons, tool names, argument names and durations each have a sentence-case wording
-here; the code itself stays one click away on the page (a ``<details>``) for engineers.
-A code with no wording yet reads as itself with its underscores turned to spaces, never
-as nothing.
+Stop reasons, run statuses, tool names, argument names, audit actions, durations and moments
+each have a wording here; the code itself stays on the page for engineers (a ``title``
+tooltip or a ``<details>``). A code with no wording yet reads as itself with its underscores
+turned to spaces, never as nothing.
 """
 
 from __future__ import annotations
+
+import datetime as dt
+from zoneinfo import ZoneInfo
+
+from django.utils import timezone
 
 STOP_REASONS = {
     "end_turn": "finished its work",
@@ -33,6 +38,38 @@ STOP_REASONS = {
     "tool_use": "asked for a tool",
     "max_tokens": "reply cut off at its length limit",
     "refusal": "the model declined",
+    "customer_no_reply": "the customer did not answer in time",
+}
+
+# A run's status, as the tickets list and the run page say it.
+RUN_STATUSES = {
+    "queued": "queued",
+    "running": "running",
+    "awaiting_approval": "waiting for an approval",
+    "awaiting_customer": "waiting for the customer",
+    "succeeded": "finished",
+    "failed": "failed",
+    "exhausted": "stopped at a limit",
+    "cancelled": "cancelled",
+    "cancelling": "being cancelled",
+}
+
+# What an audit event records, as a sentence's verb phrase ("Started the run").
+AUDIT_ACTIONS = {
+    "run.start": "started the run",
+    "run.cancel": "cancelled the run",
+    "run.steer": "sent the agent a note",
+    "run.fork": "forked the run",
+    "step.undo": "undid a step",
+    "approval.approve": "approved",
+    "approval.approve_changed": "approved with changes",
+    "approval.deny": "denied",
+    "approval.expired": "let an approval expire",
+    "approval.withdrawn": "withdrew an approval",
+    "approval.escalated": "escalated an approval nobody decided",
+    "ticket.escalated": "escalated the ticket",
+    "policy.change": "changed the approval policy",
+    "webhook.change": "changed the webhook",
 }
 
 TOOLS = {
@@ -48,6 +85,8 @@ TOOLS = {
     "add_internal_note": "Add an internal note",
     "issue_refund": "Refund",
     "send_customer_email": "Email the customer",
+    "reply_to_customer": "Reply to the customer",
+    "ask_customer": "Ask the customer",
     "cancel_order": "Cancel an order",
 }
 
@@ -79,6 +118,39 @@ def stop_reason(code: str | None) -> str:
     if not code:
         return "—"
     return STOP_REASONS.get(code, _plain(code).lower())
+
+
+def run_status(code: str | None) -> str:
+    """``awaiting_customer`` -> "waiting for the customer"."""
+    if not code:
+        return "—"
+    return RUN_STATUSES.get(code, _plain(code).lower())
+
+
+def audit_line(action: str, actor: str, channel: str) -> str:
+    """``run.start`` by the system -> "The system started the run"; a person's channel is named
+    unless it is the system's own ("via web", never "via system")."""
+    did = AUDIT_ACTIONS.get(action, _plain(action.replace(".", " ")).lower())
+    who = "The system" if actor == "the system" else actor
+    via = f" (via {channel})" if channel and channel != "system" and who != "The system" else ""
+    return f"{who} {did}{via}"
+
+
+def moment(value: dt.datetime | None, zone: str = "UTC", *, now: dt.datetime | None = None) -> str:
+    """A time in the merchant's zone, labelled, with the date unless it is today there:
+    "15:06 EST" today, "Thu 10 Dec 2026, 15:06 EST" on another day."""
+    if value is None:
+        return "—"
+    try:
+        tz = ZoneInfo(str(zone or "UTC"))
+    except (KeyError, ValueError):
+        tz = ZoneInfo("UTC")
+    if timezone.is_naive(value):
+        value = timezone.make_aware(value, dt.UTC)
+    local = value.astimezone(tz)
+    today = (now or timezone.now()).astimezone(tz).date()
+    clock = f"{local:%H:%M} {local:%Z}"
+    return clock if local.date() == today else f"{local:%a} {local.day} {local:%b %Y}, {clock}"
 
 
 def tool(code: str | None) -> str:

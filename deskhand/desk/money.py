@@ -2,41 +2,59 @@
 
 Formatting is the one place money turns into text, so it is the one place a
 float could sneak in; ``divmod`` on integers keeps every digit exact.
+
+A minor unit is the currency's own: a hundredth of a dollar or a euro, a whole yen
+(ISO 4217's exponent, ``MINOR_DIGITS``), so ``4000`` JPY is ``¥4,000`` and never ``¥40.00``.
 """
 
 from __future__ import annotations
 
+# Digits after the point in a currency's minor unit (ISO 4217), where it is not two.
+MINOR_DIGITS = {
+    "JPY": 0, "KRW": 0, "VND": 0, "CLP": 0, "ISK": 0, "UGX": 0, "XAF": 0, "XOF": 0, "PYG": 0,
+    "BHD": 3, "KWD": 3, "JOD": 3, "OMR": 3, "TND": 3, "IQD": 3, "LYD": 3,
+}  # fmt: skip
+
+
+def minor_digits(currency: str) -> int:
+    return MINOR_DIGITS.get(currency.upper(), 2)
+
+
+def _split(minor: int, currency: str) -> tuple[str, int, str]:
+    """Sign, whole units and the fraction's digits ("" for a currency without a minor unit)."""
+    if isinstance(minor, bool) or not isinstance(minor, int):
+        raise TypeError(f"money is integer cents, not {type(minor).__name__}: {minor!r}")
+    digits = minor_digits(currency)
+    whole, fraction = divmod(abs(minor), 10**digits)
+    return ("-" if minor < 0 else ""), whole, (f"{fraction:0{digits}d}" if digits else "")
+
 
 def format_cents(cents: int, currency: str = "USD") -> str:
-    """``3800`` -> ``"38.00 USD"``; ``-5`` -> ``"-0.05 USD"``.
+    """``3800`` -> ``"38.00 USD"``; ``-5`` -> ``"-0.05 USD"``; ``4000`` JPY -> ``"4000 JPY"``.
 
     A float or a bool is refused rather than rounded: either would mean a
     caller already lost track of what the number is.
     """
-    if isinstance(cents, bool) or not isinstance(cents, int):
-        raise TypeError(f"money is integer cents, not {type(cents).__name__}: {cents!r}")
-    sign = "-" if cents < 0 else ""
-    whole, fraction = divmod(abs(cents), 100)
-    return f"{sign}{whole}.{fraction:02d} {currency}"
+    sign, whole, fraction = _split(cents, currency)
+    return f"{sign}{whole}{'.' + fraction if fraction else ''} {currency}"
 
 
 # Currencies people read with a symbol in front; any other shows its code after the amount.
-SYMBOLS = {"USD": "$", "EUR": "€", "GBP": "£"}
+SYMBOLS = {"USD": "$", "EUR": "€", "GBP": "£", "JPY": "¥"}
 
 
 def display_cents(cents: int, currency: str = "USD") -> str:
-    """For people in the console: ``12400`` -> ``"$124.00"``, ``"1,250.00 SEK"`` for a code without a symbol.
+    """For people (the console, and the customer's mail): ``12400`` -> ``"$124.00"``,
+    ``1250`` EUR -> ``"€12.50"``, ``4000`` JPY -> ``"¥4,000"``, ``"1,250.00 SEK"`` for a code
+    without a symbol.
 
     Same integer arithmetic (and the same refusal of floats) as ``format_cents``,
     which stays the machine-readable form the model and the CLI see.
     """
-    if isinstance(cents, bool) or not isinstance(cents, int):
-        raise TypeError(f"money is integer cents, not {type(cents).__name__}: {cents!r}")
-    sign = "-" if cents < 0 else ""
-    whole, fraction = divmod(abs(cents), 100)
+    sign, whole, fraction = _split(cents, currency)
     symbol = SYMBOLS.get(currency, "")
     suffix = "" if symbol else f" {currency}"
-    return f"{sign}{symbol}{whole:,}.{fraction:02d}{suffix}"
+    return f"{sign}{symbol}{whole:,}{'.' + fraction if fraction else ''}{suffix}"
 
 
 def format_micros(micros: int) -> str:

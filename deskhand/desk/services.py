@@ -45,6 +45,7 @@ from deskhand.desk.models import (
 )
 from deskhand.desk.money import format_cents
 from deskhand.desk.rows import row_by_pk
+from deskhand.desk.subjects import reply_subject
 
 TAG_MAX_CHARS = 40  # Ticket.tags' element width.
 SUBJECT_MAX_CHARS = 200  # OutboundEmail.subject's width.
@@ -332,7 +333,7 @@ def customer_reply_send(
     h = headers or thread.reply_headers(ticket)
     return email_send(
         ticket=ticket,
-        subject=h.subject[:SUBJECT_MAX_CHARS],
+        subject=reply_subject(h.subject)[:SUBJECT_MAX_CHARS],
         body=signed_body,
         run_id=run_id,
         ledger_entry_id=ledger_entry_id,

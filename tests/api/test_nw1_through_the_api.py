@@ -14,7 +14,6 @@ from __future__ import annotations
 import http.client
 import json
 import time
-from collections.abc import Callable
 from typing import Any
 
 from standardwebhooks import Webhook
@@ -27,6 +26,7 @@ from tests.api.test_helpdesk import signed
 from tests.api.test_real_server_api import call, server
 from tests.consent.test_notifications import receiver
 from tests.console.conftest import NW_OWNER, user
+from tests.support.waiting import PATIENCE_S, until
 
 __all__ = ["receiver", "server"]
 
@@ -35,16 +35,6 @@ NW1 = (
     "had been on a shelf for months. The roast date printed on the bags is almost six weeks "
     "before the order shipped. Could I get a refund for the coffee?"
 )
-
-
-def until(what: str, check: Callable[[], Any], timeout: float = 90) -> Any:
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        found = check()
-        if found:
-            return found
-        time.sleep(0.25)
-    raise AssertionError(f"waited {timeout:.0f} s for {what}")
 
 
 def test_nw1_from_a_help_desk_to_a_decision_through_the_api_only(
@@ -95,7 +85,7 @@ def test_nw1_from_a_help_desk_to_a_decision_through_the_api_only(
     def ticket_runs() -> list[dict[str, Any]]:
         return call(server, "GET", f"/api/v1/tickets/{reference}", token)[2]["runs"]
 
-    run_id = until("the automatic run", ticket_runs, timeout=30)[0]["id"]
+    run_id = until("the automatic run", ticket_runs)[0]["id"]
     status, _, refused = call(
         server, "POST", "/api/v1/runs", token, {"ticket": reference}, **{"Idempotency-Key": "nw1"}
     )
@@ -125,9 +115,9 @@ def test_nw1_from_a_help_desk_to_a_decision_through_the_api_only(
 
     # 4. A decide key approves, for a named owner; further approvals of the run likewise.
     decided: set[str] = set()
-    deadline = time.monotonic() + 120
+    deadline = time.monotonic() + PATIENCE_S
     while True:
-        assert time.monotonic() < deadline, "the run did not finish within 120 s of parking"
+        assert time.monotonic() < deadline, f"the run did not finish within {PATIENCE_S:.0f} s"
         state = run_now()
         if state["status"] not in ("awaiting_approval", "running", "queued"):
             break
@@ -159,7 +149,7 @@ def test_nw1_from_a_help_desk_to_a_decision_through_the_api_only(
     thread = call(server, "GET", f"/api/v1/tickets/{reference}", token)[2]["messages"]
     replies = [m for m in thread if m["kind"] == "agent"]
     assert len(replies) == 1, thread
-    until("the reply relayed to the desk", lambda: desk.seen, timeout=60)
+    until("the reply relayed to the desk", lambda: desk.seen)
     time.sleep(3)  # a reconciler pass or more: nothing is relayed twice
     assert len(desk.seen) == 1, desk.seen
     headers, body, _ = desk.seen[0]

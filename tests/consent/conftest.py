@@ -17,6 +17,7 @@ from agent.providers.scripted import ScriptedProvider, call
 from agent.run.services import run_create
 from tests.durability.helpers import user
 from tests.fixtures.dbos import wait_for_run
+from tests.support.waiting import PATIENCE_S
 
 
 class RecordingProvider(ScriptedProvider):
@@ -81,7 +82,7 @@ def gate_call(
     return {**block, "id": call_id}
 
 
-def restart(worker: Any, faults: str | None = None, timeout: float = 60.0) -> None:
+def restart(worker: Any, faults: str | None = None, timeout: float = PATIENCE_S) -> None:
     """Start ``worker`` again and wait until *this* incarnation is ready.
 
     (``WorkerProcess.start`` looks for the "ready" line in a log it appends to, so after a

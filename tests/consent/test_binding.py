@@ -7,8 +7,6 @@ wrong wait. Each is refused by the decision row, the hash, or the ledger.
 
 from __future__ import annotations
 
-import time
-
 import pytest
 from django.db import connection
 
@@ -29,6 +27,7 @@ from tests.durability.helpers import (
     user,
 )
 from tests.fixtures.dbos import wait_parked, wait_terminal
+from tests.support.waiting import until
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -230,10 +229,8 @@ def test_a_decision_for_approval_a_cannot_resolve_b_and_a_bare_message_executes_
         email_approval.topic,
     )
     client().send(str(run.id), {"decision": "approved"}, email_approval.topic)
-    deadline = time.monotonic() + 20
-    while _unconsumed(run, email_approval.topic) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert _unconsumed(run, email_approval.topic) == 0  # the run woke and took both messages...
+    # The run woke and took both messages...
+    until("the run to take both messages", lambda: _unconsumed(run, email_approval.topic) == 0)
     run = settle(run)
     assert _gate_reads(run) >= reads + 1  # ...re-read the record...
     email_approval.refresh_from_db()

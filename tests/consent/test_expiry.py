@@ -43,7 +43,7 @@ def test_an_approval_expires_on_its_original_schedule_across_a_worker_restart(wo
     )  # down for a while: a restart that re-armed a full TTL would now be easy to see
     restart(worker)
     restarted = timezone.now()
-    run = wait_terminal(str(run.id), timeout=60)
+    run = wait_terminal(str(run.id))
 
     assert (run.status, run.stop_reason) == ("failed", "approval_expired"), run.summary
     approval.refresh_from_db()
@@ -77,7 +77,7 @@ def test_a_worker_killed_just_before_it_waits_still_expires_the_approval_on_sche
     approval = pending_approval(run)
     time.sleep(DOWN)
     restart(worker, faults="")
-    run = wait_terminal(str(run.id), timeout=60)
+    run = wait_terminal(str(run.id))
 
     assert (run.status, run.stop_reason) == ("failed", "approval_expired"), run.summary
     approval.refresh_from_db()

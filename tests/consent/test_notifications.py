@@ -8,7 +8,6 @@ import hmac
 import http.server
 import json
 import threading
-import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -27,6 +26,7 @@ from tests.consent.conftest import bare_run, gate_call, restart
 from tests.console.conftest import free_port
 from tests.durability.helpers import start
 from tests.fixtures.dbos import wait_parked
+from tests.support.waiting import until
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -235,15 +235,6 @@ def smtp() -> Iterator[tuple[Inbox, int]]:
     controller.stop()
 
 
-def _until(predicate: Any, timeout: float = 60.0) -> None:
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        if predicate():
-            return
-        time.sleep(0.1)
-    raise AssertionError("timed out")
-
-
 @pytest.mark.crash
 def test_a_worker_killed_before_and_after_the_send_still_delivers_every_email_with_one_message_id(
     worker_process, smtp
@@ -258,19 +249,21 @@ def test_a_worker_killed_before_and_after_the_send_still_delivers_every_email_wi
     worker = worker_process("notify-kill", faults="before_send:email", env=env).start()
     run = start("NW-1", "owner@northwind.test")
     wait_parked(str(run.id))
-    _until(lambda: worker.proc.poll() is not None)
+    until("the worker to die at its first send", lambda: worker.proc.poll() is not None)
     assert worker.proc.returncode == -9 and inbox.messages == []
     rows = list(Notification.objects.filter(approval__run=run, transport="email"))
     assert len(rows) == 2 and all(r.sent_at is None for r in rows)
 
     # Dies right after the mail server accepted the first one, before it was marked sent.
     restart(worker, faults="after_send:email")
-    _until(lambda: worker.proc.poll() is not None)
+    until("the worker to die after the first send", lambda: worker.proc.poll() is not None)
     assert worker.proc.returncode == -9 and len(inbox.messages) == 1
 
     restart(worker, faults="")
-    _until(
-        lambda: Notification.objects.filter(approval__run=run, sent_at__isnull=True).count() == 0
+    until(
+        "every notification marked sent",
+        lambda: not Notification.objects.filter(approval__run=run, sent_at__isnull=True).exists(),
+        seen=lambda: list(Notification.objects.filter(approval__run=run).values("sent_at")),
     )
     ids = {f"<{r.id}@deskhand.local>": r.recipient for r in rows}
     # At least once: the interrupted one twice, under the same Message-ID; every one arrived.

@@ -27,6 +27,7 @@ from agent.run.steplog import log_step
 from approvals.models import Approval
 from deskhand.desk.models import Ticket
 from tests.devtools import forkserver
+from tests.support.waiting import PATIENCE_S
 
 PASSWORD = "demo-password-123"
 NW_OWNER, NW_AGENT, NW_VIEWER = (
@@ -241,7 +242,7 @@ def web_process_on_test_database(
         log_path,
     )
     server = WebServer(port, proc, log_path)
-    deadline = time.monotonic() + 60
+    deadline = time.monotonic() + PATIENCE_S
     while True:
         try:
             with urllib.request.urlopen(f"{server.url}/accounts/login/", timeout=2) as r:

@@ -120,7 +120,7 @@ def test_the_runs_and_tickets_lists_carry_money_and_both_statuses(seeded):
     assert "Run status</strong> is how the agent" in runs  # the one-line legend
     tickets = owner.get("/tickets/").content.decode()
     assert "<th>Ticket status</th>" in tickets and "Money at stake" in tickets
-    assert "run succeeded" in tickets
+    assert "run finished" in tickets and 'title="run status: succeeded"' in tickets
 
 
 def test_an_unauthenticated_visitor_is_sent_to_sign_in(seeded):
@@ -135,3 +135,16 @@ def test_a_stale_ticket_update_shows_its_age(seeded):
     Ticket.objects.filter(pk=ticket.pk).update(updated_at=timezone.now() - dt.timedelta(hours=3))
     (item,) = client_for(NW_OWNER).get("/attention/").context["queue"]
     assert item.age.startswith("3h")
+
+
+def test_money_is_at_stake_only_while_the_ticket_is_unresolved(seeded):
+    from deskhand.console.attention import ticket_stakes
+
+    nw1 = Ticket.objects.get(reference="NW-1")
+    assert ticket_stakes(merchant_id=nw1.merchant_id, tickets=[nw1])  # NW-1042 is refundable
+    Ticket.objects.filter(pk=nw1.pk).update(status="resolved")
+    nw1.refresh_from_db()
+    assert ticket_stakes(merchant_id=nw1.merchant_id, tickets=[nw1]) == {}
+    row = client_for(NW_OWNER).get("/tickets/").content.decode()
+    row = row[row.index('href="/tickets/NW-1/"') :].split("</tr>", 1)[0]
+    assert 'data-label="Money at stake" class="num">—<' in row

@@ -37,6 +37,7 @@ from tests.console.conftest import (
     model_step,
     tool_step,
 )
+from tests.support.waiting import PATIENCE_MS
 
 pytestmark = [pytest.mark.browser, pytest.mark.timeout(300)]
 
@@ -134,8 +135,8 @@ def test_an_owner_runs_nw1_live_approves_and_sees_the_refund(browser, web_server
     page.evaluate("window.__noReload = true")
 
     # Steps arrive and the gate appears, with no reload.
-    page.wait_for_selector("#timeline li.step", timeout=30_000)
-    page.wait_for_selector(".gate button[value=approve]", timeout=60_000)
+    page.wait_for_selector("#timeline li.step", timeout=PATIENCE_MS)
+    page.wait_for_selector(".gate button[value=approve]", timeout=PATIENCE_MS)
     assert page.evaluate("window.__noReload === true")
     assert page.locator("#timeline li.step").count() >= 2
     assert "Awaiting Approval" in page.inner_text("#run-status")
@@ -155,7 +156,9 @@ def test_an_owner_runs_nw1_live_approves_and_sees_the_refund(browser, web_server
         page.keyboard.press("Enter")
     assert page.url == f"{web_server.url}/runs/{run_id}/"
     page.evaluate("window.__noReload = true")
-    page.wait_for_selector("#run-status.s-succeeded", timeout=60_000)  # swapped in by the stream
+    page.wait_for_selector(
+        "#run-status.s-succeeded", timeout=PATIENCE_MS
+    )  # swapped in by the stream
     assert page.evaluate("window.__noReload === true")
     refunded = page.inner_text("#run-refunded")
     assert refunded.startswith("$") and refunded != "$0.00", refunded
@@ -189,7 +192,7 @@ def test_the_runs_list_shows_a_new_run_without_reloading(browser, web_server):
     page.wait_for_timeout(500)  # let the stream connect
     run = make_run("NW-2")
     model_step(run, 1, text="reading the ticket")
-    page.wait_for_selector(f"#run-{run.pk}", timeout=5_000)
+    page.wait_for_selector(f"#run-{run.pk}", timeout=PATIENCE_MS)
     assert page.evaluate("window.__noReload === true")
     context.close()
 

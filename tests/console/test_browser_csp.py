@@ -7,6 +7,7 @@ import pytest
 
 from tests.console.conftest import AUDITOR, NW_OWNER, PASSWORD, make_approval, make_run, model_step
 from tests.console.test_browser import browser  # noqa: F401  (the fixture)
+from tests.support.waiting import PATIENCE_MS
 
 pytestmark = [pytest.mark.browser, pytest.mark.timeout(300)]
 
@@ -67,12 +68,12 @@ def test_no_page_of_the_console_breaks_its_csp_or_logs_an_error(browser, web_ser
     page.goto(f"{web_server.url}/runs/{run.pk}/")
     page.wait_for_timeout(500)
     model_step(run, 2, text="a live step")
-    page.get_by_text("a live step").first.wait_for(timeout=10_000)
+    page.get_by_text("a live step").first.wait_for(timeout=PATIENCE_MS)
     violations["live run"] = list(page.evaluate("window.__csp"))
     # The polling fallback swaps the same fragments out of band: no violation there either.
     page.goto(f"{web_server.url}/runs/{run.pk}/?live=poll")
     model_step(run, 3, text="a polled step")
-    page.get_by_text("a polled step").first.wait_for(timeout=10_000)
+    page.get_by_text("a polled step").first.wait_for(timeout=PATIENCE_MS)
     violations["polled run"] = list(page.evaluate("window.__csp"))
     context.close()
 

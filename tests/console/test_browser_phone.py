@@ -20,6 +20,7 @@ from deskhand.desk.models import Refund
 from tests.console.conftest import LU_OWNER, NW_OWNER, PASSWORD
 from tests.console.test_browser import browser, without_env  # noqa: F401  (the fixture)
 from tests.console.test_browser_screens import RECORD
+from tests.support.waiting import PATIENCE_MS
 
 pytestmark = [pytest.mark.browser, pytest.mark.timeout(300)]
 
@@ -93,12 +94,12 @@ def run_to_the_gate(phone: Phone, ticket: str) -> str:
     phone.page.click("text=Run the agent")
     phone.page.wait_for_url(re.compile(r"/runs/[0-9a-f-]{36}/$"))
     phone.page.evaluate("window.__noReload = true")
-    phone.page.wait_for_selector(".gate details.changes", timeout=90_000)
+    phone.page.wait_for_selector(".gate details.changes", timeout=PATIENCE_MS)
     assert phone.page.evaluate("window.__noReload === true")  # the gate came by the stream
     # The menu's counter rose with it, live.
     phone.page.wait_for_function(
         "() => document.querySelector('#count-approvals').textContent.trim() === '1'",
-        timeout=15_000,
+        timeout=PATIENCE_MS,
     )
     phone.fits(f"the run on {ticket} at its gate")
     return phone.page.url.rstrip("/").rsplit("/", 1)[1]
@@ -122,17 +123,17 @@ def approve_the_rest(phone: Phone, run_id: str) -> Run:
     for _ in range(4):
         phone.page.wait_for_selector(
             "#run-status.s-succeeded, #run-status.s-failed, .gate button[value=approve]",
-            timeout=90_000,
+            timeout=PATIENCE_MS,
         )
         if phone.page.locator(".gate button[value=approve]").count() == 0:
             break
         phone.collect()
         with phone.page.expect_navigation():
             phone.page.locator(".gate button[value=approve]").first.click()
-    phone.page.wait_for_selector("#run-status.s-succeeded", timeout=90_000)
+    phone.page.wait_for_selector("#run-status.s-succeeded", timeout=PATIENCE_MS)
     phone.page.wait_for_function(
         "() => document.querySelector('#count-approvals').textContent.trim() === '0'",
-        timeout=15_000,
+        timeout=PATIENCE_MS,
     )
     return Run.objects.get(pk=run_id)
 

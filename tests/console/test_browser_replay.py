@@ -27,9 +27,9 @@ def test_an_owner_forks_a_finished_run_from_the_model_step_that_asked_for_the_re
     worker_process,
 ) -> None:
     worker_process("replay-worker").start()
-    origin = wait_parked(str(start("NW-1", NW_OWNER).id), timeout=60)
+    origin = wait_parked(str(start("NW-1", NW_OWNER).id))
     decide(origin, NW_OWNER)
-    origin = wait_terminal(str(origin.id), timeout=60)
+    origin = wait_terminal(str(origin.id))
     assert origin.status == "succeeded"
     asked = Step.objects.get(run=origin, kind="model", result__content__0__name="issue_refund").seq
 
@@ -49,7 +49,7 @@ def test_an_owner_forks_a_finished_run_from_the_model_step_that_asked_for_the_re
     fork_id = page.url.rstrip("/").rsplit("/", 1)[1]
     assert fork_id != str(origin.id)
 
-    fork = wait_terminal(fork_id, timeout=60)
+    fork = wait_terminal(fork_id)
     assert (fork.status, fork.forked_from_id, fork.fork_step) == ("succeeded", origin.id, asked)
     assert Refund.objects.count() == 1  # the same refund: answered from the ledger
     page.click(f"#run-facts a[href='/runs/{origin.id}/']")  # fork → origin

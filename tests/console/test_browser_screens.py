@@ -151,3 +151,28 @@ def test_on_a_phone_the_menu_folds_behind_a_button(browser, web_server):  # noqa
     assert nav.is_visible() and not toggle.is_visible()  # a wide screen shows the menu as it is
     assert errors == []
     context.close()
+
+
+# The placeholder's text typed into the box: Chromium lays a placeholder out in the same inner
+# box as a value (beside the search box's clear button), so a value that scrolls is a cut placeholder.
+PLACEHOLDER_FIT = """() => {
+  const box = document.querySelector("#site-search");
+  box.value = box.placeholder;
+  const fit = {text: box.placeholder, scroll: box.scrollWidth, client: box.clientWidth};
+  box.value = "";
+  return fit;
+}"""
+
+
+def test_the_search_boxs_placeholder_shows_whole_on_wide_screens(browser, web_server):  # noqa: F811
+    context, page, errors = signed_in(browser, web_server, 1024)
+    for width in (1024, 1440, 2560):
+        page.set_viewport_size({"width": width, "height": 900})
+        box = page.evaluate(PLACEHOLDER_FIT)
+        assert box["text"].startswith("Name, email, order"), box
+        assert box["scroll"] <= box["client"], f"the placeholder is cut at {width} px: {box}"
+        found = page.evaluate(OVERFLOW, width)
+        assert found["scroll"] <= width, f"the page scrolls sideways at {width} px: {found}"
+        page.screenshot(path=str(SHOTS / f"search-box-{width}.png"))
+    assert errors == []
+    context.close()

@@ -147,8 +147,8 @@ def _resolved_nw1_with_a_refund() -> Run:
         merchant_id=run.merchant_id,
         customer=run.ticket.customer,
         ticket=run.ticket,
-        subject="Your refund",
-        body="Sent.",
+        subject="Re: Beans arrived stale [#NW-1]",
+        body="Hello Dana,\n\nWe have refunded $38.00 against NW-1042.\n\nNorthwind Coffee",
         run=run,
     )
     Ticket.objects.filter(pk=run.ticket_id).update(status="resolved")
@@ -166,7 +166,9 @@ def test_re_running_a_resolved_ticket_warns_and_shows_what_was_done_first(seeded
     assert response.status_code == 200
     body = response.content.decode()
     assert 'id="rerun-warning"' in body and "NW-1 is resolved" in body
-    assert "Refunded $38.00 against NW-1042" in body and "Your refund" in body
+    # The email told by its words, not by the subject every answer on the thread shares.
+    assert "Refunded $38.00 against NW-1042" in body
+    assert "Emailed the customer: “We have refunded $38.00 against NW-1042." in body
     assert str(first.pk) in body
     assert Run.objects.count() == 1 and fake_dbos.calls == []  # nothing started yet
 
@@ -197,7 +199,8 @@ def test_run_ticket_on_the_cli_says_what_was_already_done_before_it_starts(
     captured = capsys.readouterr()
     assert captured.err.strip() == (
         "warning: ticket NW-1 is resolved and earlier runs already did this:"
-        " refunded $38.00 on NW-1042; emailed the customer ('Your refund')."
+        " refunded $38.00 on NW-1042;"
+        " emailed the customer ('We have refunded $38.00 against NW-1042. Northwind Coffee')."
     )
     assert json.loads(captured.out.strip().splitlines()[-1])["ticket"] == "NW-1"  # still one object
     assert Run.objects.count() == 2 and [k for k, _ in fake_dbos.calls] == ["enqueue"]
@@ -206,3 +209,22 @@ def test_run_ticket_on_the_cli_says_what_was_already_done_before_it_starts(
 def test_run_ticket_on_a_fresh_ticket_warns_of_nothing(seeded, fake_dbos, capsys):
     call_command("run_ticket", "NW-2")
     assert "warning" not in capsys.readouterr().err
+
+
+def test_already_done_tells_each_email_by_its_words_and_lists_a_copy_once(seeded):
+    run = make_run("NW-1", status="succeeded")
+    subject = "Re: Beans arrived stale [#NW-1]"  # every answer on the thread shares it
+    for body in ("Hello Dana,\n\nWhich order?", "Hello Dana,\n\nWe refunded $38.00.") * 2:
+        OutboundEmail.objects.create(
+            merchant_id=run.merchant_id,
+            customer=run.ticket.customer,
+            ticket=run.ticket,
+            subject=subject,
+            body=body,
+            run=run,
+        )
+    page = client_for(NW_OWNER).get("/tickets/NW-1/").content.decode()
+    done = page[page.index('id="already-done"') :].split("</ul>", 1)[0]
+    assert done.count("Emailed the customer: “Which order?”") == 1
+    assert done.count("Emailed the customer: “We refunded $38.00.”") == 1
+    assert subject not in done

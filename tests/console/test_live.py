@@ -20,6 +20,7 @@ import pytest
 from agent.models import Run
 from agent.run.steplog import log_step
 from tests.console.conftest import LU_OWNER, NW_OWNER, make_run, model_step, session_cookie
+from tests.support.waiting import PATIENCE_S
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -77,10 +78,10 @@ class SSEReader:
             pass
         self.events.put(None)
 
-    def next(self, timeout: float = 10.0) -> Event | None:
+    def next(self, timeout: float = PATIENCE_S) -> Event | None:
         return self.events.get(timeout=timeout)
 
-    def until(self, kind: str, timeout: float = 10.0) -> list[Event]:
+    def until(self, kind: str, timeout: float = PATIENCE_S) -> list[Event]:
         got: list[Event] = []
         end = time.monotonic() + timeout
         while True:
@@ -117,7 +118,7 @@ def test_a_committed_step_reaches_an_open_stream_in_under_a_second(web_server):
             time.sleep(0.3)
             committed = time.monotonic()
             model_step(run, seq, text=f"step {seq}")  # autocommit: committed when this returns
-            events = [e for e in reader.until("run", timeout=5) if e.event == "step"]
+            events = [e for e in reader.until("run") if e.event == "step"]
             assert step_ids(events) == [seq]
             latencies.append(events[0].at - committed)
             assert f"step {seq}" in events[0].data
@@ -159,15 +160,13 @@ def test_the_stream_closes_when_the_run_is_terminal(web_server):
             kind="final",
             result={"status": "succeeded", "summary": "all done"},
         )
-        events = [
-            e for e in reader.until("done", timeout=5) if e.id or e.event != "actions" or e.data
-        ]
+        events = [e for e in reader.until("done") if e.id or e.event != "actions" or e.data]
         kinds = [e.event for e in events]
         assert kinds[-4:] == ["step", "run", "actions", "done"], (
             kinds
         )  # the forms go: nothing to steer now
         assert "Cancel run" not in events[-2].data
-        assert reader.next(timeout=5) is None  # the server closed the stream
+        assert reader.next() is None  # the server closed the stream
     finally:
         reader.close()
 
@@ -256,7 +255,7 @@ def test_the_runs_list_stream_says_changed_for_this_merchant_only(web_server):
             reader.next(timeout=1.5)
         committed = time.monotonic()
         model_step(nw_run, 1, text="northwind")
-        event = reader.next(timeout=5)
+        event = reader.next()
         assert event is not None and event.event == "changed"
         assert event.at - committed < 1.0
     finally:
@@ -271,11 +270,11 @@ def test_the_menu_counters_follow_what_waits_for_a_person(web_server):
     run = make_run("NW-1", status="awaiting_approval")
     reader = SSEReader(web_server, "/attention/stream", session_cookie(NW_OWNER))
     try:
-        first = reader.next(timeout=5)
+        first = reader.next()
         assert first is not None and first.event == "counts"
         assert 'id="count-approvals"' in first.data and 'aria-label="0 pending"' in first.data
         make_approval(run)
-        event = reader.next(timeout=10)
+        event = reader.next()
         assert event is not None and event.event == "counts"
         assert (
             'aria-label="1 pending">1</span>' in event.data and 'hx-swap-oob="true"' in event.data
@@ -285,7 +284,7 @@ def test_the_menu_counters_follow_what_waits_for_a_person(web_server):
     # Another merchant's approval never moves Lumen's counters.
     lumen = SSEReader(web_server, "/attention/stream", session_cookie(LU_OWNER))
     try:
-        first = lumen.next(timeout=5)
+        first = lumen.next()
         assert first is not None and 'aria-label="0 pending"' in first.data
         make_approval(make_run("NW-2", status="awaiting_approval"), order="NW-0918")
         with pytest.raises(queue.Empty):

@@ -12,7 +12,7 @@ import pytest
 from agent.models import Run
 from agent.replay.fork import fork_run
 from approvals.models import Approval
-from deskhand.desk.models import Refund, Ticket
+from deskhand.desk.models import OutboundEmail, Refund, Ticket
 from tests.console.conftest import NW_OWNER, client_for, user
 from tests.durability.helpers import decide, pending_approval, start
 from tests.fixtures.dbos import wait_for_run, wait_parked, wait_terminal
@@ -58,6 +58,26 @@ def test_re_running_resolved_nw1_warns_then_proposes_no_second_refund(dbos_execu
     assert "38.00 USD went back on NW-1042 already" in second.summary
     assert Ticket.objects.get(reference="NW-1").status == "resolved"
     assert [r.amount_cents for r in Refund.objects.all()] == [3800]
+
+
+def test_re_running_a_resolved_ticket_with_nothing_new_sends_the_customer_nothing(dbos_executor):
+    first = wait_parked(str(start("NW-1", NW_OWNER).id))
+    decide(first, NW_OWNER)
+    assert wait_terminal(str(first.id)).status == "succeeded"
+    told = list(OutboundEmail.objects.values_list("pk", flat=True))
+    assert told, "the first run told Dana about her refund"
+
+    owner = client_for(NW_OWNER)
+    second = wait_terminal(str(_rerun_from_the_console(owner).pk))
+    assert second.status == "succeeded", second.summary
+    assert list(OutboundEmail.objects.values_list("pk", flat=True)) == told  # nothing new went
+    assert not Approval.objects.filter(run=second, tool="reply_to_customer").exists()
+    # The console says why: the refused reply is a step of the run's story.
+    page = owner.get(f"/runs/{second.pk}/").content.decode()
+    assert (
+        "Nothing was sent to the customer: Dana Whitfield has written nothing since our last "
+        "message on NW-1, and this run changed nothing they should hear about." in page
+    )
 
 
 def test_a_re_run_after_a_narrower_approval_does_not_ask_for_the_remainder(dbos_executor):

@@ -393,3 +393,35 @@ def test_times_read_relative(before, expected):
 
 def test_the_exact_time_is_there_for_the_hover():
     assert exact(NOW) == "2026-12-02 14:30:00 UTC"
+
+
+def test_where_the_time_went_adds_up_to_what_the_run_took(seeded):
+    """Issue 40: "Model 0 ms, Tools 0 ms" stood beside "Took 1.1 s"; the rest is now named."""
+    from agent.models import Run
+    from deskhand.console.present import spend
+    from tests.console.conftest import NW_OWNER, client_for, make_run, model_step, tool_step
+
+    run = make_run("NW-1", status="succeeded", waited_seconds=4)
+    Run.objects.filter(pk=run.pk).update(finished_at=run.started_at + dt.timedelta(seconds=10))
+    run.refresh_from_db()
+    model_step(run, 1, text="thinking")
+    tool_step(run, 2, "get_order", {"reference": "NW-1042"}, "{}")
+    Step.objects.filter(run=run, seq=1).update(latency_ms=2000)
+    Step.objects.filter(run=run, seq=2).update(latency_ms=500)
+    s = spend(run, list(Step.objects.filter(run=run)))
+    assert (s.model, s.tools, s.waited, s.other) == ("2.0 s", "500 ms", "4.0 s", "3.5 s")
+    page = client_for(NW_OWNER).get(f"/runs/{run.pk}/").content.decode()
+    assert "Everything else</span>" in page and "Took</dt><dd>10.0 s" in page
+
+
+def test_a_moment_is_told_in_the_merchants_zone_labelled_and_dated_unless_today():
+    from deskhand.console.words import moment
+
+    now = dt.datetime(2026, 12, 7, 17, 0, tzinfo=dt.UTC)
+    assert moment(now, "America/New_York", now=now) == "12:00 EST"
+    in_three_days = now + dt.timedelta(days=3, minutes=6)
+    assert moment(in_three_days, "America/New_York", now=now) == "Thu 10 Dec 2026, 12:06 EST"
+    # Past midnight in Dublin while still the 7th in New York: the date follows the zone.
+    late = dt.datetime(2026, 12, 8, 0, 30, tzinfo=dt.UTC)
+    assert moment(late, "Europe/Dublin", now=now) == "Tue 8 Dec 2026, 00:30 GMT"
+    assert moment(late, "America/New_York", now=now) == "19:30 EST"

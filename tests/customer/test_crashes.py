@@ -48,7 +48,7 @@ def test_a_kill_at_each_boundary_asks_once_wakes_once_and_answers_once(
     if not before:
         assert worker.wait_exit(60) == -9
         worker.start(faults="")
-    run = wait_terminal(str(run.id), timeout=90)
+    run = wait_terminal(str(run.id))
 
     assert run.status == "succeeded", run.summary
     assert Run.objects.filter(ticket=ticket).count() == 1

@@ -39,6 +39,7 @@ from tests.durability.test_upgrade import (  # noqa: F401  (fixtures)
 )
 from tests.fixtures.dbos import ensure_in_process_executor, wait_for_run
 from tests.support import parked_fixture
+from tests.support.waiting import until
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -133,9 +134,11 @@ def test_a_run_parked_before_the_reminder_wakes_on_the_answer_and_replies_once(
     # sweep wakes the run once, and the run, whose park named no reminder, reads and waits on.
     monkeypatch.setenv("DESKHAND_CLOCK_OFFSET_SECONDS", str(THREE_DAYS // 2 + 60))
     assert customer_waits_sweep() == 1
-    end = time.monotonic() + 30
-    while _later(run_id, recorded).count("customer.read") < 1 and time.monotonic() < end:
-        time.sleep(0.05)
+    until(
+        "the woken run to read the customer's side",
+        lambda: "customer.read" in _later(run_id, recorded),
+        seen=lambda: _later(run_id, recorded),
+    )
     assert _later(run_id, recorded)[:2] == ["DBOS.recv", "customer.read"]
     time.sleep(0.5)
     assert Run.objects.get(pk=run_id).status == "awaiting_customer"

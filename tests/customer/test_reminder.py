@@ -19,6 +19,7 @@ from agent.models import Run
 from deskhand.desk.models import Merchant, MessageDirection, TicketMessage
 from tests.customer.test_waiting import THREE_DAYS, asked, new_ticket, omar_writes
 from tests.fixtures.dbos import wait_for_run, wait_terminal
+from tests.support.waiting import until
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -46,13 +47,11 @@ def reminded(ticket, run: Run, monkeypatch) -> TicketMessage:
     monkeypatch.setenv("DESKHAND_CLOCK_OFFSET_SECONDS", str(THREE_DAYS // 2 - 600))
     assert customer_waits_sweep() == 0  # not yet due
     monkeypatch.setenv("DESKHAND_CLOCK_OFFSET_SECONDS", str(THREE_DAYS // 2 + 60))
-    until = run.waiting_until
+    window_end = run.waiting_until
     assert customer_waits_sweep() == 1
-    end = time.monotonic() + 30
-    while time.monotonic() < end and len(outbound(ticket)) < 2:
-        time.sleep(0.05)
+    until("the reminder beside the question", lambda: len(outbound(ticket)) >= 2)
     run = wait_for_run(str(run.id), reparked)
-    assert run.waiting_until == until  # the same window: a reminder never extends it
+    assert run.waiting_until == window_end  # the same window: a reminder never extends it
     _question, reminder = outbound(ticket)
     assert reminder.run_id == run.pk
     assert f"\n\n{REMINDER_OPENING}" in reminder.body and "order number" in reminder.body

@@ -8,6 +8,7 @@ clock a test may move) ends the run truthfully: ``customer did not reply``.
 
 from __future__ import annotations
 
+import re
 import time
 
 import pytest
@@ -21,6 +22,7 @@ from deskhand.mail.models import InboundEmail
 from tests.fixtures.dbos import wait_for_run, wait_terminal
 from tests.mail.conftest import mail
 from tests.mail.test_smtp import send
+from tests.support.waiting import until
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -33,15 +35,13 @@ def omar_writes(port: int, *, processed: bool = True, **kw) -> None:
     send(port, mail(**kw), sender=OMAR, processed=processed)
 
 
-def asked(ticket: Ticket, timeout: float = 60.0) -> Run:
+def asked(ticket: Ticket) -> Run:
     """The run opened on the ticket, once it has asked and parked on the customer."""
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        run = Run.objects.filter(ticket=ticket).first()
-        if run is not None and run.status == "awaiting_customer":
-            return run
-        time.sleep(0.05)
-    raise AssertionError(f"no run parked on the customer: {list(Run.objects.values('status'))}")
+    return until(
+        f"a run on {ticket.reference} parked on the customer",
+        lambda: Run.objects.filter(ticket=ticket, status="awaiting_customer").first(),
+        seen=lambda: list(Run.objects.values("status")),
+    )
 
 
 def new_ticket(port: int) -> Ticket:
@@ -66,6 +66,9 @@ def test_the_answer_wakes_the_run_which_reads_it_fenced_and_answers(dbos_executo
     run = asked(ticket)
     question = OutboundEmail.objects.get(ticket=ticket)
     assert "order number" in question.body and question.body.endswith("Northwind Coffee")
+    # Omar's own subject, "Re:" once, with the ticket's tag; the body never names the ticket.
+    assert question.subject == f"Re: Where is my order? [#{ticket.reference}]"
+    assert not re.search(rf"\b{ticket.reference}\b", question.body), question.body
     line = question.thread_message
     assert line.in_reply_to == "<omar-1@mail.example.com>" and line.message_id
     waited_until = run.waiting_until
@@ -83,7 +86,7 @@ def test_the_answer_wakes_the_run_which_reads_it_fenced_and_answers(dbos_executo
     answer = TicketMessage.objects.get(message_id="<omar-2@mail.example.com>")
     assert answer.ticket_id == ticket.pk
     stored = time.monotonic()
-    woken = wait_for_run(str(run.id), lambda r: r.status != "awaiting_customer", timeout=30)
+    woken = wait_for_run(str(run.id), lambda r: r.status != "awaiting_customer")
     latency = time.monotonic() - stored
     run = wait_terminal(str(run.id))
     assert run.status == "succeeded", run.summary
@@ -99,6 +102,8 @@ def test_the_answer_wakes_the_run_which_reads_it_fenced_and_answers(dbos_executo
     reply = OutboundEmail.objects.filter(ticket=ticket).order_by("pk").last()
     assert reply is not None and reply.pk != question.pk
     assert "NW-1077" in reply.body and "not late" in reply.body
+    # Omar answered "Re: Re: …" (his client's doing): the reply still says "Re:" once.
+    assert reply.subject == f"Re: Where is my order? [#{ticket.reference}]"
     assert not run.refunds.exists()
     assert Ticket.objects.get(pk=ticket.pk).status == "pending"
 
@@ -154,10 +159,7 @@ def test_a_run_waiting_for_the_customer_outlives_its_worker_and_wakes_on_the_ans
     run = asked(ticket)
     question = OutboundEmail.objects.get(ticket=ticket)
     # Until the wait itself is checkpointed, so the killed worker left a parked run behind.
-    end = time.monotonic() + 30
-    while time.monotonic() < end and not _parked_in_recv(str(run.pk)):
-        time.sleep(0.05)
-    assert _parked_in_recv(str(run.pk))
+    until("the wait for the customer checkpointed in DBOS", lambda: _parked_in_recv(str(run.pk)))
     worker.kill()
 
     # Omar answers while no worker is up: his answer is stored (the receiver said 250) and
@@ -174,7 +176,7 @@ def test_a_run_waiting_for_the_customer_outlives_its_worker_and_wakes_on_the_ans
     assert Run.objects.get(pk=run.pk).status == "awaiting_customer"
 
     worker.start()
-    run = wait_terminal(str(run.id), timeout=90)
+    run = wait_terminal(str(run.id))
     assert run.status == "succeeded", run.summary
     steps = [s.tool for s in Step.objects.filter(run=run, kind="tool")]
     assert steps.count("ask_customer") == 2 and "get_order" in steps  # asked once, answered once

@@ -11,7 +11,6 @@ effect's line.
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -27,6 +26,7 @@ from deskhand.dbos import client as dbos_client
 from deskhand.desk.models import Refund, Ticket
 from tests.durability.helpers import decide, pending_approval, start, user
 from tests.fixtures.dbos import wait_parked, workflow_settled
+from tests.support.waiting import until
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -76,19 +76,18 @@ def cancel_from_another_thread(run_id: str, email: str = OWNER) -> tuple[threadi
     return in_thread(lambda: services.run_cancel(run=Run.objects.get(pk=run_id), user=user(email)))
 
 
-def wait_until_blocked_on_a_lock(timeout: float = 20) -> None:
+def wait_until_blocked_on_a_lock() -> None:
     """Until some backend on this database waits for a row lock (the cancel, on the run row)."""
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
+
+    def blocked() -> bool:
         with connection.cursor() as cur:
             cur.execute(
                 "SELECT count(*) FROM pg_stat_activity"
                 " WHERE datname = current_database() AND wait_event_type = 'Lock'"
             )
-            if cur.fetchone()[0] >= 1:
-                return
-        time.sleep(0.02)
-    raise AssertionError("nothing ever waited on the run's row lock")
+            return cur.fetchone()[0] >= 1
+
+    until("a backend waiting on the run's row lock", blocked, every=0.02)
 
 
 def cancel_rows(run: Run) -> list[Step]:

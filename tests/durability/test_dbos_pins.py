@@ -20,6 +20,7 @@ from agent.models import Run
 from deskhand.dbos.engine import internals as dbos_internals
 from tests.durability.helpers import decide, start
 from tests.fixtures.dbos import wait_parked, wait_terminal
+from tests.support.waiting import until
 
 DBOS_VERSION = "3.4.0"
 
@@ -118,9 +119,8 @@ def test_a_decision_whose_notify_was_lost_is_delivered_by_the_worker_sweep(dbos_
     assert dbos_internals.recv_recheck_seconds() >= 3600  # the per-run timer is stretched
     run = start("NW-1", "owner@northwind.test")
     wait_parked(str(run.pk))
-    end = time.monotonic() + 10  # parked: the gate's row is written just before the recv starts
-    while dbos_internals.waiting_recvs() < 1 and time.monotonic() < end:
-        time.sleep(0.05)
+    # Parked: the gate's row is written just before the recv starts.
+    until("the run's recv to wait", lambda: dbos_internals.waiting_recvs() >= 1)
     assert dbos_internals.waiting_recvs() == 1
     with connection.cursor() as cur:  # the NOTIFY is lost, as when the listener reconnects
         cur.execute("ALTER TABLE dbos.notifications DISABLE TRIGGER dbos_notifications_trigger")
@@ -132,7 +132,7 @@ def test_a_decision_whose_notify_was_lost_is_delivered_by_the_worker_sweep(dbos_
     time.sleep(1.5)
     assert Run.objects.get(pk=run.pk).status == "awaiting_approval"  # nobody woke it
     assert dbos_internals.sweep_waiting_recvs() == 1
-    assert wait_terminal(str(run.pk), 30).status == "succeeded"
+    assert wait_terminal(str(run.pk)).status == "succeeded"
 
 
 def test_the_queue_manager_starts_on_a_kickable_event_so_no_first_wait_is_deaf(dbos_executor):
@@ -164,7 +164,7 @@ def test_a_kick_wakes_the_queue_threads_without_stopping_them(dbos_executor):
     time.sleep(0.3)
     assert not event.is_set()
     run = start("NW-2", "owner@northwind.test")  # the queue threads are still there
-    assert wait_terminal(str(run.pk), 60).status == "succeeded"
+    assert wait_terminal(str(run.pk)).status == "succeeded"
 
 
 def test_a_kick_that_comes_while_a_queue_worker_is_polling_makes_its_next_wait_return_at_once():
@@ -227,13 +227,11 @@ def test_a_workflow_stranded_pending_under_its_own_live_executor_is_re_enqueued(
     version = settings.DESKHAND_APP_VERSION
     assert dbos_internals.recover_own_stranded("pytest-inprocess", version, 0) == [run_id]
     wait_parked(run_id)
-    end = time.monotonic() + 10
-    while dbos_internals.waiting_recvs() < 1 and time.monotonic() < end:
-        time.sleep(0.05)
+    until("the recovered run's recv to wait", lambda: dbos_internals.waiting_recvs() >= 1)
     # Running again in this process: not stranded, so a second pass leaves it alone.
     assert dbos_internals.recover_own_stranded("pytest-inprocess", version, 0) == []
     decide(Run.objects.get(pk=run_id), "owner@northwind.test")
-    assert wait_terminal(run_id, 60).status == "succeeded"
+    assert wait_terminal(run_id).status == "succeeded"
 
 
 def test_the_notifier_idles_at_half_a_second_and_a_decision_still_wakes_its_run(dbos_executor):
@@ -245,7 +243,7 @@ def test_the_notifier_idles_at_half_a_second_and_a_decision_still_wakes_its_run(
     assert _get_dbos_instance()._sys_db._notification_coalesce_sec == 0.5
     run = wait_parked(str(start("NW-1", "owner@northwind.test").id))
     decide(run, "owner@northwind.test")
-    assert wait_terminal(str(run.pk), 30).status == "succeeded"
+    assert wait_terminal(str(run.pk)).status == "succeeded"
 
 
 def test_the_internal_queue_polls_at_the_fallback_interval_and_a_kick_starts_its_work(

@@ -14,7 +14,6 @@ import json
 import subprocess
 import sys
 import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -32,6 +31,7 @@ from deskhand.desk.models import Refund
 from tests.durability.helpers import decide, pending_approval, start, user
 from tests.fixtures.dbos import ROOT, test_database_url, wait_parked, wait_terminal
 from tests.support.messages_api import DEFAULT_KEY, MessagesApi
+from tests.support.waiting import until
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -258,14 +258,12 @@ def test_a_dbos_fork_that_failed_before_deskhand_saw_it_is_reported(dbos_executo
     assert reconcile()["forks_failed"] == 0
 
 
-def wait_for_finding(workflow_id: str, timeout: float = 60) -> WorkflowFinding:
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        found = WorkflowFinding.objects.filter(workflow_id=workflow_id).first()
-        if found is not None:
-            return found
-        time.sleep(0.1)
-    raise AssertionError(f"nothing recorded about workflow {workflow_id} in {timeout}s")
+def wait_for_finding(workflow_id: str) -> WorkflowFinding:
+    return until(
+        f"a finding recorded about workflow {workflow_id}",
+        WorkflowFinding.objects.filter(workflow_id=workflow_id).first,
+        every=0.1,
+    )
 
 
 def client_for_other_merchant() -> Client:
@@ -277,14 +275,17 @@ def client_for_other_merchant() -> Client:
 # --- dbos workflow cancel and resume ------------------------------------------------------
 
 
-def wait_workflow(run_id: str, predicate, timeout: float = 60) -> str:
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
+def wait_workflow(run_id: str, predicate) -> str:
+    def status() -> str | None:
         state = dbos_client.workflow_state(run_id)
-        if state is not None and predicate(state):
-            return state.status
-        time.sleep(0.1)
-    raise AssertionError(f"workflow {run_id} is {dbos_client.workflow_state(run_id)}")
+        return state.status if state is not None and predicate(state) else None
+
+    return until(
+        f"workflow {run_id} to reach the state the test needs",
+        status,
+        every=0.1,
+        seen=lambda: dbos_client.workflow_state(run_id),
+    )
 
 
 def test_a_dbos_cancel_then_resume_of_a_parked_run_never_revives_it_and_says_so(dbos_executor):

@@ -10,13 +10,13 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import time
 from pathlib import Path
 
 import pytest
 
 from tests.devtools import forkserver
 from tests.fixtures.dbos import test_database_url
+from tests.support.waiting import until
 
 PROBE = "tests.support.forkprobe"
 
@@ -25,13 +25,12 @@ def _env(**extra: str) -> dict[str, str]:
     return {**os.environ, "DATABASE_URL": test_database_url(), **extra}
 
 
-def _log_after(path: Path, text: str, timeout: float = 30) -> str:
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        if path.exists() and text in (content := path.read_text()):
-            return content
-        time.sleep(0.02)
-    raise AssertionError(f"{text!r} never appeared in {path}")
+def _log_after(path: Path, text: str) -> str:
+    return until(
+        f"{text!r} in {path}",
+        lambda: path.exists() and text in (content := path.read_text()) and content,
+        every=0.02,
+    )
 
 
 @pytest.fixture

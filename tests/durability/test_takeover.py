@@ -26,6 +26,7 @@ from deskhand.fleet.models import Worker
 from tests.devtools.load.world import load_world, owners
 from tests.durability.helpers import assert_every_effect_was_approved
 from tests.fixtures.dbos import ROOT, test_database_url, wait_parked, wait_terminal
+from tests.support.waiting import until
 
 pytestmark = [pytest.mark.crash, pytest.mark.django_db(transaction=True)]
 
@@ -37,13 +38,11 @@ FLEET = {
 }
 
 
-def wait_until(predicate: Callable[[], bool], timeout: float, what: str) -> float:
+def wait_until(predicate: Callable[[], bool], what: str) -> float:
+    """Seconds until ``predicate`` holds; a test that bounds the time asserts on the answer."""
     start = time.monotonic()
-    while time.monotonic() - start < timeout:
-        if predicate():
-            return time.monotonic() - start
-        time.sleep(0.1)
-    raise AssertionError(f"not within {timeout:g} s: {what}")
+    until(what, predicate, every=0.1)
+    return time.monotonic() - start
 
 
 def executors_of(runs: list[Run]) -> dict[str, tuple[str, str]]:
@@ -120,7 +119,7 @@ def test_a_dead_workers_parked_runs_are_resumed_by_a_live_worker(worker_process)
     assert dying.proc.poll() is None
 
     dying.kill()
-    took = wait_until(all_parked_under(runs, "fleet-b"), 30, "fleet-b re-parks fleet-a's runs")
+    took = wait_until(all_parked_under(runs, "fleet-b"), "fleet-b re-parks fleet-a's runs")
     assert took < 30
 
     gone = Worker.objects.get(executor_id="fleet-a")
@@ -143,9 +142,7 @@ def test_a_worker_cut_off_past_the_grace_is_taken_over_and_stops_when_it_reconne
     # A dropped session alone (a blip, not a partition): the worker re-takes its own lock
     # and keeps its run; nobody takes it over, even after the grace has passed.
     cut_lease_session("fleet-cut")
-    wait_until(
-        lambda: '"worker.lease_retaken"' in cut._new_log(), 10, "fleet-cut re-takes its lock"
-    )
+    wait_until(lambda: '"worker.lease_retaken"' in cut._new_log(), "fleet-cut re-takes its lock")
     time.sleep(GRACE + 1.5)
     assert all_parked_under(runs, "fleet-cut")()
     assert Worker.objects.get(executor_id="fleet-cut").taken_over_at is None
@@ -154,7 +151,7 @@ def test_a_worker_cut_off_past_the_grace_is_taken_over_and_stops_when_it_reconne
     # database again it finds its incarnation cleared and stops at once.
     partition.touch()
     cut_lease_session("fleet-cut")
-    wait_until(all_parked_under(runs, "fleet-keep"), 30, "fleet-keep takes the run over")
+    wait_until(all_parked_under(runs, "fleet-keep"), "fleet-keep takes the run over")
     assert cut.proc.poll() is None  # still cut off, still alive: it executes nothing
     partition.unlink()
     assert cut.wait_exit(30) == 3
@@ -173,11 +170,9 @@ def test_a_takeover_cut_short_by_a_database_restart_still_resumes_every_run(work
         "fleet-taker", faults="cut_all_at_reenqueue:2", env=FLEET, provider="park"
     ).start()
     dying.kill()
-    wait_until(all_parked_under(runs, "fleet-taker"), 60, "every run resumed by fleet-taker")
+    wait_until(all_parked_under(runs, "fleet-taker"), "every run resumed by fleet-taker")
     assert "Exception encountered when recovering workflow" in taker._new_log()  # swallowed
-    wait_until(
-        lambda: '"worker.lease_retaken"' in taker._new_log(), 10, "the taker re-takes its lease"
-    )
+    wait_until(lambda: '"worker.lease_retaken"' in taker._new_log(), "the taker re-takes its lease")
     assert taker.proc.poll() is None
     approve_all(runs)
 
@@ -210,7 +205,6 @@ def test_the_lease_lock_is_a_session_lock_a_dead_process_cannot_hold(transaction
         holder.close()  # the process is gone: Postgres drops its session and the lock with it
         wait_until(
             lambda: other.execute("SELECT pg_try_advisory_lock(%s)", [key]).fetchone()[0],
-            5,
             "the lock frees itself",
         )
         other.execute("SELECT pg_advisory_unlock(%s)", [key])
@@ -236,7 +230,7 @@ def test_after_a_deploy_a_run_parked_under_the_old_version_finishes_on_a_drainin
     assert all_parked_under(runs, "fleet-slot")()  # ... and the new code never touches it
 
     worker_process("fleet-drain", env=FLEET, provider="park").start()  # an old worker, draining
-    wait_until(all_parked_under(runs, "fleet-drain"), 30, "the draining worker adopts the run")
+    wait_until(all_parked_under(runs, "fleet-drain"), "the draining worker adopts the run")
     assert health_report().unserved_versions == {}
     approve_all(runs)
 
@@ -258,7 +252,7 @@ def test_a_restarted_worker_resumes_the_run_decided_while_it_was_down_before_the
     )
     worker.start()
     assert wait_terminal(str(decided.pk)).status == "succeeded"
-    wait_until(all_parked_under(runs[:-1], "fleet-restart"), 60, "the others re-park")
+    wait_until(all_parked_under(runs[:-1], "fleet-restart"), "the others re-park")
     with connection.cursor() as cur:  # handed back first: dequeued before any other
         cur.execute(
             "SELECT workflow_uuid FROM dbos.workflow_status WHERE workflow_uuid = ANY(%s)"

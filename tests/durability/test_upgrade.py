@@ -38,6 +38,7 @@ from tests.fixtures.dbos import (
     wait_for_run,
 )
 from tests.support import parked_fixture
+from tests.support.waiting import PATIENCE_S
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -88,7 +89,7 @@ def _checkpoints(workflow_id: str) -> dict[int, tuple[str, str | None]]:
         return {fid: (name, output) for fid, name, output in cur.fetchall()}
 
 
-def _wait_finished(run_id: str, timeout: float = 60.0) -> Run:
+def _wait_finished(run_id: str, timeout: float = PATIENCE_S) -> Run:
     """The run once terminal; fails at once, with DBOS's error, if the workflow could not replay."""
     end = time.monotonic() + timeout
     while time.monotonic() < end:
@@ -374,7 +375,7 @@ def test_a_run_parked_before_one_step_turns_keeps_its_four_operation_turns_and_f
     assert health_report().legacy_turn_runs == 0  # finished: nothing needs the older path
 
 
-def _pending_approval(run_id: str, timeout: float = 60.0) -> Approval:
+def _pending_approval(run_id: str, timeout: float = PATIENCE_S) -> Approval:
     """The run's pending approval once it reaches its gate (a run recovered mid-turn works its
     way there first)."""
     end = time.monotonic() + timeout

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from asgiref.sync import async_to_sync
 from django.db import OperationalError
@@ -22,6 +24,32 @@ def test_a_nul_byte_is_refused_under_asgi_too(seeded):
     response = async_to_sync(AsyncClient().get)("/tickets/%00/")
     assert response.status_code == 400
     assert "control character" in response.content.decode()
+
+
+SECURITY_HEADERS = (
+    "X-Frame-Options",
+    "X-Content-Type-Options",
+    "Referrer-Policy",
+    "Cross-Origin-Opener-Policy",
+    "Content-Security-Policy",
+)
+
+
+def _security_headers(response) -> dict[str, str | None]:
+    """The response's security headers, the per-response CSP nonce left out."""
+    return {
+        name: re.sub(r"'nonce-[^']*'", "'nonce'", response.get(name, "")) or None
+        for name in SECURITY_HEADERS
+    }
+
+
+@pytest.mark.parametrize("path", ["/tickets/%00/", "/tickets/?q=%00"])
+def test_the_page_refusing_a_malformed_request_carries_every_pages_security_headers(seeded, path):
+    client = client_for(NW_OWNER)
+    refused = client.get(path)
+    assert refused.status_code == 400
+    assert refused["X-Frame-Options"] == "DENY"
+    assert _security_headers(refused) == _security_headers(client.get("/tickets/"))
 
 
 def test_a_nul_byte_in_a_query_is_a_400(seeded):

@@ -22,6 +22,7 @@ from tests.edge.test_cli_conventions import (
     run_outage_probe,
 )
 from tests.fixtures.dbos import ROOT
+from tests.support.waiting import PATIENCE_S
 
 ATTEMPT = re.compile(r"^database not reachable, reconnect attempt (\d+) failed \((.+)\); next")
 BACK = re.compile(
@@ -105,7 +106,7 @@ class Lines:
         stream = proc.stdout
         threading.Thread(target=lambda: [self._q.put(line) for line in stream], daemon=True).start()
 
-    def until(self, pattern: str, timeout: float = 60) -> list[str]:
+    def until(self, pattern: str, timeout: float = PATIENCE_S) -> list[str]:
         """The lines up to and including the first that matches ``pattern``."""
         got: list[str] = []
         deadline = time.monotonic() + timeout

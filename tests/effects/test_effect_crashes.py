@@ -17,6 +17,7 @@ from approvals.models import Approval
 from deskhand.desk.models import Merchant, OutboundEmail, Refund
 from tests.durability.helpers import assert_accounting_matches, decide, start
 from tests.fixtures.dbos import wait_parked, wait_terminal
+from tests.support.waiting import PATIENCE_S
 
 pytestmark = [pytest.mark.crash, pytest.mark.django_db(transaction=True)]
 
@@ -73,7 +74,7 @@ def test_a_worker_killed_after_the_claim_and_before_the_call_pays_once(
     assert LedgerEntry.objects.get(tool="issue_refund").state == "done"
 
 
-def drive(worker, run, email: str, timeout: float = 120) -> None:
+def drive(worker, run, email: str, timeout: float = PATIENCE_S) -> None:
     """Approve every approval the run asks for; restart the worker whenever it was killed."""
     end = time.monotonic() + timeout
     while time.monotonic() < end:
@@ -87,7 +88,7 @@ def drive(worker, run, email: str, timeout: float = 120) -> None:
         if Approval.objects.filter(run=run, status="pending").exists():
             decide(run, email)
         time.sleep(0.05)
-    raise AssertionError(f"run {run.pk} is still {run.status}")
+    raise AssertionError(f"waited {timeout:.0f} s for run {run.pk} to end; it is {run.status}")
 
 
 def test_mail_killed_after_the_server_accepted_it_arrives_at_most_twice_with_one_message_id(

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import copy
 import datetime as dt
-import time
 
 import pytest
 from django.utils import timezone
@@ -21,6 +20,7 @@ from approvals.models import Approval
 from deskhand.desk.models import Refund
 from tests.durability.helpers import assert_accounting_matches, decide, start
 from tests.fixtures.dbos import wait_parked, wait_terminal
+from tests.support.waiting import until
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -190,17 +190,14 @@ def test_a_cancel_while_the_provider_is_answering_reports_the_refund_truthfully(
     run = start("NW-1", OWNER)
     wait_parked(str(run.id))
     decide(run, OWNER)
-    end = time.monotonic() + 30
-    while not any(r.method == "POST" for r in api.requests):
-        assert time.monotonic() < end, "the refund never reached the provider"
-        time.sleep(0.05)
+    until("the refund to reach the provider", lambda: any(r.method == "POST" for r in api.requests))
 
     run = run_cancel(run=run, user=user(OWNER))  # the claim committed; the call is in flight
     entry = LedgerEntry.objects.get(tool="issue_refund")
-    end = time.monotonic() + 30
-    while LedgerEntry.objects.get(tool="issue_refund").state == "pending":
-        assert time.monotonic() < end, "the in-flight call was never recorded"
-        time.sleep(0.1)
+    until(
+        "the in-flight call's outcome recorded on the ledger",
+        lambda: LedgerEntry.objects.get(tool="issue_refund").state != "pending",
+    )
     run.refresh_from_db()
 
     assert run.status == "cancelled"

@@ -5,11 +5,11 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import time
 
 import pytest
 
 from tests.support.processes import run_all_or_kill
+from tests.support.waiting import until
 
 # A command that starts a grandchild and then hangs: what a bench with worker processes does.
 SPAWNS = (
@@ -32,10 +32,7 @@ def test_a_timeout_kills_the_grandchildren_too():
     with pytest.raises(subprocess.TimeoutExpired) as raised:
         run_all_or_kill([sys.executable, "-c", SPAWNS], timeout=3)
     grandchild = int(raised.value.output.split()[0])
-    deadline = time.monotonic() + 5
-    while _alive(grandchild) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert not _alive(grandchild)
+    until(f"the grandchild {grandchild} to be gone", lambda: not _alive(grandchild))
 
 
 def test_a_command_that_ends_gives_its_output_and_code():

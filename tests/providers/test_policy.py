@@ -102,7 +102,7 @@ def test_lu2_refunds_the_later_duplicate_and_emails_the_customer() -> None:
     email = t.args("send_customer_email")[0]
     assert email["reference"] == "LU-2"
     assert "LU-2311" in email["subject"] and "LU-2311" in email["body"]
-    assert "refund of 179.00 USD" in email["body"]
+    assert "refund of $179.00" in email["body"]
     assert t.args("set_ticket_status") == [{"reference": "LU-2", "status": "resolved"}]
     assert "Refunded 179.00 USD against LU-2311." in t.final
     assert "Emailed the customer on LU-2." in t.final

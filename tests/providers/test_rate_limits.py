@@ -22,6 +22,7 @@ from tests.durability.helpers import start
 from tests.fixtures.dbos import wait_for_run, wait_terminal
 from tests.support.fake_anthropic import policy_double
 from tests.support.messages_api import DEFAULT_KEY, MessagesApi
+from tests.support.waiting import PATIENCE_S, until
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -131,17 +132,15 @@ def test_two_runs_at_once_take_turns_at_a_limit_of_one_call_per_period(
 def wait_sleeping(run_id: str) -> list[str]:
     """The run's checkpoint names once it sleeps after a model call: the call, the recv of
     its reply (``DBOS.recv`` and the recv's own ``DBOS.sleep``), then a second sleep."""
-    deadline = time.monotonic() + 10
-    while True:
-        names = [name for name, _ in checkpoints(run_id)]
-        if names[-4:] == AFTER_A_WAIT:
-            return names
-        assert time.monotonic() < deadline, names
-        time.sleep(0.05)
+    return until(
+        f"run {run_id} to sleep after a model call",
+        lambda: (names := [name for name, _ in checkpoints(run_id)])[-4:] == AFTER_A_WAIT and names,
+        seen=lambda: [name for name, _ in checkpoints(run_id)],
+    )
 
 
 def _wait_visible(run_id: str) -> Run:
-    return wait_for_run(run_id, lambda r: r.waiting_until is not None, timeout=30)
+    return wait_for_run(run_id, lambda r: r.waiting_until is not None)
 
 
 def test_a_429_with_retry_after_is_slept_durably_shown_on_the_run_and_the_run_finishes(
@@ -251,7 +250,7 @@ def test_a_rate_limited_model_step_names_the_runs_checkpoint_and_a_fork_starts_t
     assert [s.status for s in api.requests] == [429, 200, 200]  # the fork asked once more
 
 
-def _child_waiting_on_the_limit(run_ids: list[str], timeout: float = 60) -> tuple[str, str]:
+def _child_waiting_on_the_limit(run_ids: list[str], timeout: float = PATIENCE_S) -> tuple[str, str]:
     """Once one run's model call ran and the other's waits on the limiter: (run, its child)."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -303,14 +302,14 @@ def test_a_run_whose_model_call_waits_on_the_limit_moves_to_the_new_version_with
     waiting, child = _child_waiting_on_the_limit(runs)
     previous.kill()  # the deploy: the old worker is gone, its second call never started
 
-    deadline = time.monotonic() + 15
-    while True:  # until Postgres has seen the killed worker's session (and lease) go
+    def moved() -> list[str] | None:
         try:
-            assert runs_move_version(from_version=old) == [waiting]
-            break
+            return runs_move_version(from_version=old)
         except RunRefused:
-            assert time.monotonic() < deadline, "the killed worker still looks alive"
-            time.sleep(0.2)
+            return None
+
+    # Until Postgres has seen the killed worker's session (and lease) go.
+    assert until("the killed worker's lease to go", moved, every=0.2) == [waiting]
     status, queue, _ = workflow(child)
     assert (status, queue) == ("ENQUEUED", "model-anthropic")
     with connection.cursor() as cur:
@@ -322,7 +321,7 @@ def test_a_run_whose_model_call_waits_on_the_limit_moves_to_the_new_version_with
 
     limit["DESKHAND_MODEL_LIMIT_PERIOD_SEC"] = "2"
     worker_process("this-release", env={**keyed, **limit}).start()
-    run = wait_terminal(waiting, timeout=60)
+    run = wait_terminal(waiting)
     assert run.status == "succeeded", run.stop_detail
     # The same call, made once by the new worker: no second child, no third request.
     assert model_calls_of(waiting) == [child]

@@ -433,16 +433,19 @@ def record(out: Path, *, mid_turn: bool = False, customer_wait: bool = False) ->
 
         if mid_turn:
             faults.install("before_step", MID_TURN_STEP, hold)
+        from tests.support.waiting import until
+
         ensure_in_process_executor()
         try:
             run = run_start(ticket=ticket, user=user(STARTED_BY), channel="cli")
             assert run.provider == "scripted", run.provider
             run_id = str(run.id)
-            end = time.monotonic() + 60
-            while not there(run_id):
-                if time.monotonic() > end:
-                    raise RuntimeError(f"run {run_id} did not park: {workflow_step_names(run_id)}")
-                time.sleep(0.1)
+            until(
+                f"run {run_id} to park",
+                lambda: there(run_id),
+                every=0.1,
+                seen=lambda: workflow_step_names(run_id),
+            )
             rows = dump(run_id) if mid_turn else {}
         finally:
             stop_in_process_executor()

@@ -146,7 +146,7 @@ def test_email_lands_on_the_thread_and_in_the_outbox(seeded):
     assert out == {
         "reference": "NW-1",
         "to": "Dana Whitfield <d***@e***.com>",
-        "subject": "Your refund",
+        "subject": "Re: Beans arrived stale [#NW-1]",  # on Dana's own thread
         "message": "Emailed Dana Whitfield <d***@e***.com> about NW-1. "
         "It has been delivered and cannot be recalled.",
     }
@@ -161,7 +161,8 @@ def test_email_lands_on_the_thread_and_in_the_outbox(seeded):
     # The merchant signs what it sends.
     assert (
         thread.body
-        == "Subject: Your refund\n\nWe refunded 38.00 USD for the stale beans.\n\nNorthwind Coffee"
+        == "Subject: Re: Beans arrived stale [#NW-1]\n\nWe refunded 38.00 USD for the stale beans."
+        "\n\nNorthwind Coffee"
     )
     assert thread.run_id == run.id
 

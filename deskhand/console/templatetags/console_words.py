@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import datetime as dt
+from typing import Any
+
 from django import template
 
 from deskhand.console import words
@@ -13,6 +16,23 @@ register = template.Library()
 @register.filter
 def stop_words(code: str | None) -> str:
     return words.stop_reason(code)
+
+
+@register.filter
+def run_status_words(code: str | None) -> str:
+    return words.run_status(code)
+
+
+@register.filter
+def moment_words(value: dt.datetime | None, zone: str = "UTC") -> str:
+    """``{{ run.waiting_until|moment_words:merchant.timezone }}``: "Thu 10 Dec 2026, 15:06 EST"."""
+    return words.moment(value, zone)
+
+
+@register.filter
+def audit_words(event: Any) -> str:
+    """An audit event as a sentence: "The system started the run"; the codes go in a title."""
+    return words.audit_line(event.action, event.actor_label, event.channel)
 
 
 @register.filter
