@@ -16,7 +16,8 @@ not import the agent, name their boundaries the same way the run's steps do
 - ``after_store:inbound`` — a received message is committed and not yet handed to a
   workflow; ``after_enqueue:inbound`` — handed on, the sender not yet answered.
 - ``after_commit:customer.route`` — a customer's line routed (a run opened) and its
-  run not yet enqueued.
+  run not yet enqueued; ``after_store:customer_line`` — a line from the API or a help desk
+  committed and its routing workflow not yet enqueued.
 """
 
 from __future__ import annotations

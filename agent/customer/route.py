@@ -189,6 +189,7 @@ def on_customer_wrote(sender: Any, message_id: int, **_: Any) -> None:
     Never raises into the channel that stored the line: a failure is logged, and the sweep
     enqueues the line's workflow after its grace period.
     """
+    crashpoints.at("after_store", "customer_line")  # committed, not yet handed on
     try:
         dbos_client.enqueue_line(message_id)
     except Exception:

@@ -1,9 +1,10 @@
 """The crash sweep's intake case: "mail arrives → stored → enqueued → threaded → routed → run".
 
-A burst of twelve new customers writes to Northwind (which opens a run on every customer
-message) over real SMTP, from a few concurrent sending threads that behave like a mail
-server: a message that got no 250 is sent again, to the receiver once it is back. One
-process is SIGKILLed at one boundary:
+A burst of new customers writes to Northwind (which opens a run on every customer message),
+from a few concurrent sending threads that behave like the sender they stand for: over real
+SMTP, a mail server sends again a message that got no 250; over real HTTP, Mailgun and a
+help desk post again whatever got no 2xx (a dropped connection or a 5xx), to the same port
+once the process is back. One process is SIGKILLed at one boundary:
 
 - **the receiver** (``manage.py mail_receiver`` under ``tests/devtools/crashreceiver.py``),
   as a message is committed and not yet handed to its workflow (``after_store:inbound``) or
@@ -13,16 +14,25 @@ process is SIGKILLed at one boundary:
 - **the worker**, around threading (``before_step:`` / ``after_step:mail.process``) and
   routing (``after_step:customer.route``; ``after_commit:customer.route``: the run opened and
   committed, not yet handed to DBOS). It is started again under the same executor id;
-- **the worker, for the help-desk webhook** (``helpdesk/…``): new tickets posted, signed, to
-  ``/api/v1/helpdesk/northwind/zendesk`` in this process; each line is routed by
-  ``deskhand.customer_line`` on the worker, killed as it routes.
+- **the web process taking Mailgun's webhook** (``mailgun/…``: ``manage.py web`` under
+  ``tests/devtools/crashweb.py``), at the same two boundaries of ``inbound_received``, ten
+  signed posts to ``/inbound/mailgun/`` and ``/inbound/mailgun/mime``. It is started again on
+  the same port;
+- **the web process taking the help-desk webhook** (``helpdesk/after_store:customer_line``):
+  new tickets posted, signed, to ``/api/v1/helpdesk/northwind/zendesk``; it dies with a line
+  committed and its routing workflow not yet enqueued. The desk's re-post is a duplicate
+  (200, the same ticket) and enqueues nothing: only the worker's sweep routes that line;
+- **the worker, for the help-desk webhook** (``helpdesk/…`` at ``customer.route``): each line
+  is routed by ``deskhand.customer_line`` on the worker, killed as it routes.
 
-Afterwards, within a deadline: every message that got a 250 is one stored row, threaded,
-one line on a thread (a re-sent one too: the Message-ID dedupes it); every stored row is
-threaded, whoever was told; no line is left pending; every line opened exactly one run, the
-one named after it (``line_run_id``), and that run has started. ``manage.py crash_sweep
---case intake`` runs every schedule; ``tests/bounds/test_crash_sweep.py`` runs three in CI
-and ``tests/mail/test_intake_crashes.py`` the help-desk ones.
+Afterwards, within a deadline: every message that got a 250 (a 200) is one stored row,
+threaded, one line on a thread (a re-sent one too: the Message-ID dedupes it); every stored
+row is threaded, whoever was told; every help-desk delivery taken is one line, on its own
+ticket, the one its answer named; no line is left pending; every line opened exactly one
+run, the one named after it (``line_run_id``), and that run has started. ``manage.py
+crash_sweep --case intake`` runs every schedule; ``tests/bounds/test_crash_sweep.py`` runs
+three in CI and ``tests/mail/test_intake_crashes.py`` the help-desk ones and one of each
+web process's.
 """
 
 from __future__ import annotations
@@ -30,7 +40,7 @@ from __future__ import annotations
 import dataclasses
 import secrets
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 
 from django.db import close_old_connections
 
@@ -41,22 +51,33 @@ from deskhand.desk.models import Merchant, Routing, TicketMessage
 from deskhand.mail.models import InboundEmail, InboundStatus
 from tests.devtools.crash import Boundary, Outcome, workflow_status
 from tests.devtools.crashreceiver import Letter, Mta, Receiver
+from tests.devtools.crashweb import Delivery, Sender, Web
 from tests.devtools.crashworker import Worker
 from tests.devtools.evals.runner import reset_world
 from tests.mail.conftest import NORTHWIND, free_port, mail
 
-BURST = 12  # new customers writing at once
+BURST = 12  # new customers writing at once, by SMTP
+MAILGUN_BURST = 10  # … through Mailgun's webhook
 HELPDESK_TICKETS = 4
+HELPDESK_URL = "/api/v1/helpdesk/northwind/zendesk"
 
 
 @dataclasses.dataclass(frozen=True)
 class Schedule:
-    """Whom to kill where: ``side`` is ``receiver``, ``worker`` or ``helpdesk`` (the worker,
-    for lines from the help-desk webhook); ``resend`` is False when the sender gives up."""
+    """How the mail comes and where to kill: ``channel`` is ``smtp``, ``mailgun`` or
+    ``helpdesk``; ``resend`` is False when the sender gives up. The boundary says which
+    process dies (``side``)."""
 
-    side: str
+    channel: str
     boundary: Boundary
     resend: bool = True
+
+    @property
+    def side(self) -> str:
+        """``receiver``, ``web`` or ``worker``: the process that reaches the boundary."""
+        if self.boundary.target in ("inbound", "customer_line"):
+            return "receiver" if self.channel == "smtp" else "web"
+        return "worker"
 
     @property
     def spec(self) -> str:
@@ -64,19 +85,22 @@ class Schedule:
         return f"{self.boundary.point}:{self.boundary.target}:{self.boundary.nth}"
 
     def __str__(self) -> str:
-        prefix = {"helpdesk": "helpdesk/"}.get(self.side, "" if self.resend else "gives-up/")
-        return f"{prefix}{self.boundary}"
+        if self.channel == "smtp":
+            return f"{'' if self.resend else 'gives-up/'}{self.boundary}"
+        return f"{self.channel}/{self.boundary}"
 
     @classmethod
     def parse(cls, text: str) -> Schedule:
         """``after_store:inbound:5``, ``gives-up/after_store:inbound:5``,
-        ``after_step:mail.process:4``, ``helpdesk/after_commit:customer.route:2``."""
+        ``after_step:mail.process:4``, ``mailgun/after_enqueue:inbound:5``,
+        ``helpdesk/after_store:customer_line:2``, ``helpdesk/after_commit:customer.route:2``."""
         prefix, _, rest = text.rpartition("/")
         boundary = Boundary.parse(rest)
-        if prefix == "helpdesk":
-            return cls("helpdesk", boundary)
-        side = "receiver" if boundary.target == "inbound" else "worker"
-        return cls(side, boundary, resend=prefix != "gives-up")
+        if prefix in ("mailgun", "helpdesk"):
+            return cls(prefix, boundary)
+        if prefix not in ("", "gives-up"):
+            raise ValueError(f"{prefix!r}: a schedule is plain, gives-up/, mailgun/ or helpdesk/")
+        return cls("smtp", boundary, resend=prefix != "gives-up")
 
 
 SCHEDULES = tuple(
@@ -94,6 +118,15 @@ SCHEDULES = tuple(
         "after_step:customer.route:4",
         "after_commit:customer.route:4",
         "after_commit:customer.route:12",
+        "mailgun/after_store:inbound:1",
+        "mailgun/after_store:inbound:5",
+        "mailgun/after_store:inbound:10",
+        "mailgun/after_enqueue:inbound:1",
+        "mailgun/after_enqueue:inbound:5",
+        "mailgun/after_enqueue:inbound:10",
+        "helpdesk/after_store:customer_line:1",
+        "helpdesk/after_store:customer_line:2",
+        "helpdesk/after_store:customer_line:4",
         "helpdesk/after_step:customer.route:2",
         "helpdesk/after_commit:customer.route:2",
     )
@@ -102,6 +135,10 @@ SCHEDULES = tuple(
 # opened and committed and not yet handed to DBOS.
 CI_MAIL = ("after_store:inbound:5", "after_step:customer.route:4", "after_commit:customer.route:4")
 CI_HELPDESK = ("helpdesk/after_step:customer.route:2", "helpdesk/after_commit:customer.route:2")
+# The web process killed with a Mailgun message committed and not handed on, and with a
+# help-desk line committed and not handed on (the desk's re-post is a duplicate: only the
+# sweep routes it).
+CI_WEB = ("mailgun/after_store:inbound:5", "helpdesk/after_store:customer_line:2")
 
 
 def prepare_world() -> None:
@@ -113,9 +150,9 @@ def prepare_world() -> None:
 # --- the sending side --------------------------------------------------------------------
 
 
-def burst(tag: str) -> list[Letter]:
+def burst(tag: str, size: int = BURST) -> list[Letter]:
     letters = []
-    for n in range(1, BURST + 1):
+    for n in range(1, size + 1):
         sender = f"customer{n}.{tag}@example.net"
         message_id = f"<intake-{tag}-{n}@mail.example.net>"
         raw = mail(
@@ -126,6 +163,36 @@ def burst(tag: str) -> list[Letter]:
         )
         letters.append(Letter(sender, message_id, raw))
     return letters
+
+
+def mailgun_burst(tag: str) -> list[Delivery]:
+    """The burst as Mailgun forwards it, half as raw MIME and half as parsed fields."""
+    return [
+        Delivery.mailgun(letter, parsed=n % 2 == 0)
+        for n, letter in enumerate(burst(tag, MAILGUN_BURST), 1)
+    ]
+
+
+def helpdesk_deliveries(tag: str) -> list[Delivery]:
+    """New tickets from new customers, signed under a new help-desk source's secret."""
+    from deskhand.apikeys.helpdesk import source_create
+    from tests.api.test_helpdesk import new_ticket
+    from tests.console.conftest import NW_OWNER, user
+
+    _, secret = source_create(
+        merchant=Merchant.objects.get(slug="northwind"), user=user(NW_OWNER), slug="zendesk"
+    )
+    return [
+        Delivery.helpdesk(
+            HELPDESK_URL,
+            secret,
+            {
+                **new_ticket(f"ZD-{tag}-{n}"),
+                "customer": {"email": f"desk{n}.{tag}@example.net", "name": f"Desk {n}"},
+            },
+        )
+        for n in range(1, HELPDESK_TICKETS + 1)
+    ]
 
 
 # --- one schedule --------------------------------------------------------------------------
@@ -146,7 +213,7 @@ def _loose_ends() -> list[str]:
 
 
 def _babysit(
-    worker: Worker, receiver: Receiver | None, sent: Callable[[], bool], timeout: float
+    worker: Worker, front: Receiver | Web, sent: Callable[[], bool], timeout: float
 ) -> bool:
     """Restart whatever dies until the world settles (or the deadline: ``check`` then says
     what is left); whether the kill happened.
@@ -155,15 +222,16 @@ def _babysit(
     queue takes one message per merchant at a time, and without a nudge each next one waits
     for the queue's fallback poll (``DESKHAND_QUEUE_POLL_SEC``, 5 s), which would make a
     burst of twelve a minute long and prove nothing more. The reconciler's sweep, which is
-    what finds a row left ``received``, runs on its own timer either way.
+    what finds a row left ``received`` or a line left pending, runs on its own timer either
+    way.
     """
     fired = False
     end = time.monotonic() + timeout
     nudged = 0.0
     while time.monotonic() < end:
-        if receiver is not None and not receiver.alive:
-            fired = fired or receiver.killed
-            receiver.start("")  # the same port: the sending server retries there
+        if not front.alive:
+            fired = fired or front.killed
+            front.start("")  # the same port: the sender retries there
             continue
         if not worker.alive:
             fired = fired or worker.killed
@@ -182,21 +250,52 @@ def play(schedule: Schedule, *, timeout: float = 90.0) -> tuple[list[Letter], bo
     """A burst of mail with one process killed at ``schedule``: the letters (what each
     sender was told) and whether the kill happened."""
     tag = secrets.token_hex(4)
-    executor_id = f"sweep-intake-{tag}"
-    receiver = Receiver(executor_id, free_port())
-    worker = Worker(executor_id, "")
+    receiver = Receiver(f"sweep-intake-{tag}", free_port())
     letters = burst(tag)
     mta = Mta(receiver.port, NORTHWIND, letters, resend=schedule.resend)
+    fired = _play(schedule, f"sweep-intake-{tag}", receiver, mta, timeout)
+    return letters, fired
+
+
+def play_mailgun(schedule: Schedule, *, timeout: float = 90.0) -> tuple[list[Delivery], bool]:
+    """A burst of Mailgun's posts with one process killed at ``schedule``: the deliveries
+    (what Mailgun was told) and whether the kill happened."""
+    tag = secrets.token_hex(4)
+    web = Web(f"sweep-mailgun-{tag}", free_port())
+    deliveries = mailgun_burst(tag)
+    fired = _play(schedule, f"sweep-mailgun-{tag}", web, Sender(web.port, deliveries), timeout)
+    return deliveries, fired
+
+
+def play_helpdesk(schedule: Schedule, *, timeout: float = 90.0) -> tuple[list[Delivery], bool]:
+    """New tickets posted to the help-desk webhook while the web process dies storing one or
+    the worker routing one: the deliveries (what the desk was told) and whether the kill
+    happened."""
+    tag = secrets.token_hex(4)
+    web = Web(f"sweep-helpdesk-{tag}", free_port())
+    deliveries = helpdesk_deliveries(tag)
+    fired = _play(schedule, f"sweep-helpdesk-{tag}", web, Sender(web.port, deliveries), timeout)
+    return deliveries, fired
+
+
+def _play(
+    schedule: Schedule,
+    executor_id: str,
+    front: Receiver | Web,
+    sender: Mta | Sender,
+    timeout: float,
+) -> bool:
+    """The receiving process and a worker, one of them set to die; the sender sending."""
+    worker = Worker(executor_id, "")
     try:
-        receiver.start(schedule.spec if schedule.side == "receiver" else "")
+        front.start(schedule.spec if schedule.side != "worker" else "")
         worker.start(schedule.spec if schedule.side == "worker" else "")
-        mta.start()
-        fired = _babysit(worker, receiver, lambda: mta.done, timeout)
-        return letters, fired
+        sender.start()
+        return _babysit(worker, front, lambda: sender.done, timeout)
     finally:
-        mta.stop()
+        sender.stop()
         worker.stop()
-        receiver.stop()
+        front.stop()
 
 
 def _line_problems(line: TicketMessage, what: str) -> list[str]:
@@ -216,10 +315,11 @@ def _line_problems(line: TicketMessage, what: str) -> list[str]:
     return problems
 
 
-def check(letters: list[Letter], schedule: Schedule) -> list[str]:
-    """What is wrong after a burst (empty: nothing). A sender that re-sends must have had
-    every message taken in the end; one that gave up may have left a message stored or not,
-    and at least one stored and unanswered (else the schedule proved nothing of the sweep)."""
+def check(letters: Sequence[Letter | Delivery], schedule: Schedule) -> list[str]:
+    """What is wrong after a burst of mail (empty: nothing), by SMTP (letters) or through
+    Mailgun (deliveries). A sender that re-sends must have had every message taken in the
+    end; one that gave up may have left a message stored or not, and at least one stored
+    and unanswered (else the schedule proved nothing of the sweep)."""
     close_old_connections()
     problems: list[str] = []
     stored_unanswered = 0
@@ -227,7 +327,7 @@ def check(letters: list[Letter], schedule: Schedule) -> list[str]:
         what = f"message {n} ({letter.attempts} sends, last {letter.answer})"
         rows = list(InboundEmail.objects.filter(message_id=letter.message_id))
         if letter.accepted and not rows:
-            problems.append(f"{what}: got a 250 and is not stored (lost)")
+            problems.append(f"{what}: was taken (250/200) and is not stored (lost)")
         if len(rows) > 1:
             problems.append(f"{what}: stored {len(rows)} times")
         if schedule.resend and not letter.accepted:
@@ -244,59 +344,41 @@ def check(letters: list[Letter], schedule: Schedule) -> list[str]:
             problems.append(f"{what}: {len(lines)} lines on threads, not 1")
             continue
         problems += _line_problems(lines[0], what)
-    if schedule.side == "receiver" and schedule.resend and not any(x.resent for x in letters):
+    if schedule.side != "worker" and schedule.resend and not any(x.resent for x in letters):
         problems.append("no message was sent twice: the kill dropped no conversation")
     if not schedule.resend and not stored_unanswered:
         problems.append("no stored message went unanswered: nothing was left for the sweep")
     return problems + _loose_ends()
 
 
-# --- the help-desk webhook --------------------------------------------------------------------
-
-
-def play_helpdesk(schedule: Schedule, *, timeout: float = 90.0) -> tuple[list[int], bool]:
-    """New tickets posted to the help-desk webhook while the worker dies routing one: the
-    lines stored, and whether the kill happened."""
-    from django.test import Client
-
-    from deskhand.apikeys.helpdesk import source_create
-    from tests.api.test_helpdesk import URL, new_ticket, signed
-    from tests.console.conftest import NW_OWNER, user
-
-    tag = secrets.token_hex(4)
-    _, secret = source_create(
-        merchant=Merchant.objects.get(slug="northwind"), user=user(NW_OWNER), slug="zendesk"
-    )
-    worker = Worker(f"sweep-helpdesk-{tag}", "")
-    try:
-        worker.start(schedule.spec)
-        lines = []
-        for n in range(1, HELPDESK_TICKETS + 1):
-            payload = {
-                **new_ticket(f"ZD-{tag}-{n}"),
-                "customer": {"email": f"desk{n}.{tag}@example.net", "name": f"Desk {n}"},
-            }
-            answer = Client().post(URL, **signed(secret, payload))
-            if answer.status_code != 201:
-                raise AssertionError(
-                    f"delivery {n} answered {answer.status_code}: {answer.content!r}"
-                )
-            lines.append(int(answer.json()["message"]))
-        fired = _babysit(worker, None, lambda: True, timeout)
-        return lines, fired
-    finally:
-        worker.stop()
-
-
-def check_helpdesk(lines: list[int]) -> list[str]:
+def check_helpdesk(deliveries: Sequence[Delivery], schedule: Schedule) -> list[str]:
+    """What is wrong after the help desk's posts (empty: nothing): each one taken, one line
+    on its own ticket (a re-post answered with the same ticket and line), routed to one run."""
     close_old_connections()
     problems: list[str] = []
-    for n, pk in enumerate(lines, 1):
-        line = TicketMessage.objects.filter(pk=pk).first()
-        if line is None:
-            problems.append(f"delivery {n}: its line is gone")
+    tickets = set()
+    for n, delivery in enumerate(deliveries, 1):
+        what = f"delivery {n} ({delivery.attempts} posts, last {delivery.answer})"
+        if not delivery.accepted:
+            problems.append(f"{what}: never taken")
+        lines = list(TicketMessage.objects.filter(message_id=delivery.message_id))
+        if len(lines) != 1:
+            problems.append(f"{what}: {len(lines)} lines, not 1")
             continue
-        problems += _line_problems(line, f"delivery {n}")
+        line = lines[0]
+        tickets.add(line.ticket_id)
+        told = delivery.reply or {}
+        if delivery.accepted and (told.get("message"), told.get("ticket")) != (
+            line.pk,
+            line.ticket.reference,
+        ):
+            problems.append(f"{what}: answered {told}, its line is {line.pk} on {line.ticket}")
+        problems += _line_problems(line, what)
+    if len(tickets) != len(deliveries):
+        problems.append(f"{len(deliveries)} new tickets at the desk made {len(tickets)} here")
+    # The web process dies after a line's commit: the desk's re-post of it is a duplicate.
+    if schedule.side == "web" and not any((d.reply or {}).get("duplicate") for d in deliveries):
+        problems.append("no re-post was a duplicate: the kill left no stored line unanswered")
     return problems + _loose_ends()
 
 
@@ -306,9 +388,12 @@ def check_helpdesk(lines: list[int]) -> list[str]:
 def play_and_check(schedule: Schedule) -> tuple[bool, list[str]]:
     """Fire ``schedule`` in a fresh world: (whether the kill happened, what is wrong)."""
     prepare_world()
-    if schedule.side == "helpdesk":
-        lines, fired = play_helpdesk(schedule)
-        return fired, check_helpdesk(lines)
+    if schedule.channel == "helpdesk":
+        deliveries, fired = play_helpdesk(schedule)
+        return fired, check_helpdesk(deliveries, schedule)
+    if schedule.channel == "mailgun":
+        posts, fired = play_mailgun(schedule)
+        return fired, check(posts, schedule)
     letters, fired = play(schedule)
     return fired, check(letters, schedule)
 

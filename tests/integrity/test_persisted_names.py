@@ -94,13 +94,30 @@ def test_dbos_knows_the_workflows_and_steps_by_exactly_these_names():
     assert registered == {
         names.RUN_WORKFLOW,
         names.LIMITED_CALL_WORKFLOW,
+        names.INBOUND_WORKFLOW,
+        names.CUSTOMER_LINE_WORKFLOW,
         *names.SCHEDULED_WORKFLOWS,
         # The scheduled workflows' decorated steps, as DBOS registers them.
         "<temp>.approvals.escalate_due",
         "<temp>.effects.merchants",
         "<temp>.effects.reconcile_merchant",
         "<temp>.privacy.retention",
+        # The intake's steps (deskhand.dbos.engine.intake).
+        "<temp>.mail.process",
+        "<temp>.customer.route",
     }
+
+
+def test_the_intake_names_are_the_pinned_ones():
+    # A message stored before a deploy is processed after it under these names and ids.
+    assert (names.INBOUND_WORKFLOW, names.CUSTOMER_LINE_WORKFLOW, names.INTAKE_QUEUE) == (
+        "deskhand.inbound",
+        "deskhand.customer_line",
+        "deskhand-intake",
+    )
+    assert names.inbound_workflow_id(7) == "inbound-7"
+    assert names.inbound_workflow_id(7, 2) == "inbound-7-r2"
+    assert names.line_workflow_id(9) == "line-9"
 
 
 def test_every_name_a_parked_run_recorded_is_one_todays_code_still_answers_to():

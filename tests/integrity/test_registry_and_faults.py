@@ -14,6 +14,7 @@ from agent.providers.base import ModelReply
 from agent.run import faults
 from agent.run.faults import Fault, InjectedCrash, ModelUnavailable, injecting
 from agent.tools import REGISTRY, Risk, ToolError
+from deskhand import crashpoints
 
 IRREVERSIBLE = {
     "issue_refund",
@@ -164,7 +165,9 @@ def test_crash_points_run_their_action_at_the_named_place() -> None:
 
 def test_kill_at_counts_to_the_nth_visit(monkeypatch: pytest.MonkeyPatch) -> None:
     killed = []
-    monkeypatch.setattr(faults, "sigkill_self", lambda: killed.append(os.getpid()))
+    # The crash points live at the bottom of the layers (deskhand.crashpoints); faults
+    # re-exports them, so the kill is patched where it happens.
+    monkeypatch.setattr(crashpoints, "sigkill_self", lambda: killed.append(os.getpid()))
     faults.kill_at("after_step", "model", nth=3)
     try:
         for _ in range(5):

@@ -6,10 +6,12 @@ step, inside and after every effect's transaction, and while each approval is
 pending — and of a customer's conversation by mail (inbound mail → stored → run
 woken → reply sent) — restarts it, lets it finish, and checks the world (see
 ``tests/devtools/crash.py`` and ``tests/devtools/crash_customer.py``). The ``intake`` case
-kills the SMTP receiver or the worker while a burst of mail arrives (and the worker as it
-routes help-desk lines) and checks every message is threaded once and opens one run
-(``tests/devtools/crash_intake.py``; ``--boundary`` takes its schedules' names, e.g.
-``gives-up/after_store:inbound:5`` or ``helpdesk/after_commit:customer.route:2``).
+kills the SMTP receiver, the web process or the worker while a burst of mail arrives by SMTP
+or through Mailgun's webhook, or new tickets through a help desk's, and checks every message
+is threaded once and every line opens one run (``tests/devtools/crash_intake.py``;
+``--boundary`` takes its schedules' names, e.g. ``gives-up/after_store:inbound:5``,
+``mailgun/after_enqueue:inbound:5``, ``helpdesk/after_store:customer_line:2`` or
+``helpdesk/after_commit:customer.route:2``).
 Works in a scratch database it creates and drops.
 The last line is ``N passed, M failed``; the exit status is 1 if anything failed.
 """
@@ -31,8 +33,9 @@ from tests.devtools.evals.runner import quiet_logs, scratch_database
 class Command(BaseCommand):
     help = (
         "Kill a worker at every boundary of NW-1, NW-3, LU-2 and a customer's mail "
-        "conversation, and the receiver or the worker as a burst of mail arrives; check each "
-        "run finishes once and every message opens one."
+        "conversation, and the receiver, the web process or the worker as a burst of mail "
+        "and help-desk tickets arrives; check each run finishes once and every message "
+        "opens one."
     )
     requires_system_checks: list[str] = []
 
@@ -58,7 +61,11 @@ class Command(BaseCommand):
                     picked = opts["boundary"]
                     plan = [crash_intake.Schedule.parse(picked)] if picked else None
                     intake = plan or crash_intake.SCHEDULES
-                    about = f"a burst of {crash_intake.BURST} new customers' mail, help-desk lines"
+                    about = (
+                        f"a burst of {crash_intake.BURST} new customers' mail by SMTP, "
+                        f"{crash_intake.MAILGUN_BURST} through Mailgun, "
+                        f"{crash_intake.HELPDESK_TICKETS} help-desk tickets"
+                    )
                     self.stdout.write(f"{name}: {len(intake)} schedules ({about})")
                     self._report(intake, crash_intake.sweep(intake), outcomes)
                     continue
