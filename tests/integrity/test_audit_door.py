@@ -15,7 +15,7 @@ DOOR = Path("approvals/audit.py")
 
 # Any way of making a row: the manager's creators, or the model's constructor (then .save()).
 WRITE = re.compile(
-    r"\bAuditEvent(?:\.objects\.(?:create|bulk_create|get_or_create|update_or_create)\b|\()"
+    r"(?<!class )\bAuditEvent(?:\.objects\.(?:create|bulk_create|get_or_create|update_or_create)\b|\()"
 )
 
 
