@@ -1,34 +1,25 @@
 """Every retry policy in one module: what is tried again, how often, how far apart, for how long.
 
-Five kinds of call are retried, each under one named policy here, so the total number of
-tries of anything is read in one place:
+Six policies, each named here, so how often anything is tried is read in one place:
 
-==============  =======================================  ========  ===================  =====
-policy          what it retries (where)                  attempts  waits                budget
-==============  =======================================  ========  ===================  =====
-``MODEL``       one model call (``agent.providers.       4         1 s doubling, capped  90 s
-                anthropic``): HTTP 429, 500, 502, 503,             at 30 s, jittered     waiting
-                504, 529, connection errors, timeouts              (half to full); a
-                                                                   ``retry-after`` is
-                                                                   honoured, capped too
-``EFFECT``      one effect at another system, always     4         0.5 s doubling,       20 s
-                under the same key (``agent.effects.                capped at 8 s; a      from the
-                base.with_retries``): what the adapter             ``Retry-After`` is    first call
-                raises ``Retry`` for (a 409, 429 or 5xx,           honoured as given
-                a lost connection, an SMTP 4xx)
-``STEP``        a durable step that only reads or        3         1 s, 2 s (DBOS:       3 s
-                upserts (``agent.runtime.RETRYABLE_                 ``interval_seconds``,
-                STEPS``): any exception — in practice              ``backoff_rate`` 2)
-                the database's, while Postgres restarts
-``INTAKE_STEP`` the inbound mail workflow's two steps    5         1, 2, 4, 8 s (DBOS)   15 s
-                (``deskhand.dbos.engine.intake``)
-``RECONCILE_    one merchant's reconciliation pass       3         1 s, 2 s (DBOS)       3 s
-STEP``          (``deskhand.dbos.engine.schedules``)
-``DELIVERY``    an outbox row: a staff notification      never     5 s doubling,         none
-                (``approvals.outbox``) or a reply        given up  capped at an hour
-                relayed to a help desk (``deskhand.
-                apikeys.relay``); any failure
-==============  =======================================  ========  ===================  =====
+``MODEL`` — one model call (``agent.providers.anthropic``)
+    4 attempts; 1 s doubling, capped at 30 s, jittered (half to full); a ``retry-after``
+    is honoured, capped at 30 s too; at most 90 s of waiting. Transient: HTTP 429, 500,
+    502, 503, 504, 529, connection errors, timeouts; anything else fails at once.
+``EFFECT`` — one effect at another system, always under the same key (``agent.effects``)
+    4 attempts; 0.5 s doubling, capped at 8 s; a ``Retry-After`` is honoured as given;
+    at most 20 s from the first call, the calls' own time included. Transient: what the
+    adapter raises ``Retry`` for (a 409, 429 or 5xx, a lost connection, an SMTP 4xx).
+``STEP`` — a durable step that only reads or upserts (``agent.runtime.RETRYABLE_STEPS``)
+    3 attempts; 1 s then 2 s (DBOS's ``interval_seconds`` and ``backoff_rate``).
+    Transient: any exception (in practice the database's, while Postgres restarts).
+``INTAKE_STEP`` — the inbound mail workflow's two steps (``deskhand.dbos.engine.intake``)
+    5 attempts; 1, 2, 4, 8 s. Transient: any exception.
+``RECONCILE_STEP`` — one merchant's reconciliation pass (``deskhand.dbos.engine.schedules``)
+    3 attempts; 1 s then 2 s. Transient: any exception.
+``DELIVERY`` — an outbox row: a staff notification (``approvals.outbox``) or a reply relayed
+    to a help desk (``deskhand.apikeys.relay``)
+    Never given up; 5 s doubling, capped at an hour. Transient: any failure.
 
 ``MODEL`` and ``EFFECT`` run in the process, with tenacity underneath (``retry_call``); the
 three step policies are handed to DBOS, which retries the step (``dbos_step``); ``DELIVERY``
