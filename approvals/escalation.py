@@ -24,7 +24,8 @@ import uuid
 from django.db import transaction
 from django.db.models import DateTimeField, DurationField, ExpressionWrapper, F, QuerySet, Value
 
-from approvals.models import Approval, ApprovalStatus, AuditEvent, Channel
+from approvals.audit import audit_record
+from approvals.models import Approval, ApprovalStatus, Channel
 from approvals.notifications import NotificationEvent, notify_approval
 from deskhand.desk.models import Priority
 from deskhand.desk.services import ticket_set_priority
@@ -87,7 +88,7 @@ def _escalate_one(approval_id: uuid.UUID, now: dt.datetime) -> Approval | None:
         approval.escalated_at = now
         approval.save(update_fields=["escalated_at"])
         waited = (now - approval.requested_at).total_seconds()
-        AuditEvent.objects.create(
+        audit_record(
             merchant_id=approval.merchant_id,
             actor=None,
             action="approval.escalated",

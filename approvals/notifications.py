@@ -30,7 +30,8 @@ from django.db import IntegrityError, transaction
 from django.urls import reverse
 from django.utils import timezone
 
-from approvals.models import Approval, ApprovalStatus, AuditEvent
+from approvals.audit import audit_record
+from approvals.models import Approval, ApprovalStatus
 from approvals.notification_models import (
     Notification,
     NotificationEvent,
@@ -237,8 +238,8 @@ def webhook_set(
             hook, _ = WebhookEndpoint.objects.update_or_create(
                 merchant=merchant, defaults={"url": url, "secret": secret, "active": True}
             )
-        AuditEvent.objects.create(
-            merchant=merchant,
+        audit_record(
+            merchant_id=merchant.pk,
             actor=user,
             action="webhook.change",
             channel=channel,

@@ -14,7 +14,8 @@ from typing import Any
 from django.db import transaction
 from django.utils import timezone
 
-from approvals.models import Approval, ApprovalPolicy, ApprovalStatus, AuditEvent, Channel
+from approvals.audit import audit_record
+from approvals.models import Approval, ApprovalPolicy, ApprovalStatus, Channel
 from deskhand import events
 from deskhand.dbos import client as dbos_client
 from deskhand.desk.permissions import require_actor
@@ -132,7 +133,7 @@ def approval_decide(
                 decision=locked.status,
                 waited_s=round((now - locked.requested_at).total_seconds(), 3),
             )
-            AuditEvent.objects.create(
+            audit_record(
                 merchant_id=locked.merchant_id,
                 actor=user,
                 action=(
@@ -263,7 +264,7 @@ def approval_decide_by_policy(approval: Approval, *, policy: ApprovalPolicy, rul
         waited_s=0.0,
         policy_version=policy.version,
     )
-    AuditEvent.objects.create(
+    audit_record(
         merchant_id=approval.merchant_id,
         actor=None,
         action="approval.approve",
@@ -285,7 +286,7 @@ def approval_expire(locked: Approval, *, why: str) -> None:
     """Expire a pending approval (the caller holds its row lock) and audit it as the system's act."""
     locked.status = ApprovalStatus.EXPIRED
     locked.save(update_fields=["status"])
-    AuditEvent.objects.create(
+    audit_record(
         merchant_id=locked.merchant_id,
         actor=None,
         action="approval.expired",
@@ -311,7 +312,7 @@ def approval_withdraw(locked: Approval, *, user: Any | None, channel: str, why: 
     locked.decided_at = timezone.now()
     locked.channel = channel
     locked.save(update_fields=["status", "decided_by", "decided_at", "channel"])
-    AuditEvent.objects.create(
+    audit_record(
         merchant_id=locked.merchant_id,
         actor=user,
         action="approval.withdrawn",

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import dj_database_url
 
-from deskhand import embedded_pg
+from deskhand import embedded_pg, retry
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
@@ -217,14 +217,14 @@ LOGGING = {
 ANTHROPIC_API_KEY = os.environ.get("ANTHROPIC_API_KEY", "")
 ANTHROPIC_BASE_URL = os.environ.get("ANTHROPIC_BASE_URL") or None
 ANTHROPIC_MODEL = os.environ.get("DESKHAND_MODEL", "claude-sonnet-4-6")
-# The one retry layer for a model call (agent.providers.anthropic.RetryPolicy): attempts in
-# all, the first backoff in seconds (doubled each time), the cap on one wait and on all waiting.
-# The workflow never retries a model step on top of this.
+# The one retry layer for a model call (deskhand.retry.MODEL, every policy and the worst case
+# there): attempts in all, the first backoff in seconds (doubled each time), the cap on one
+# wait and on all waiting. The workflow never retries a model step on top of this.
 ANTHROPIC_RETRY = {
-    "max_attempts": int(os.environ.get("DESKHAND_MODEL_ATTEMPTS", "4")),
-    "base_delay": float(os.environ.get("DESKHAND_MODEL_BACKOFF", "1.0")),
-    "max_delay": 30.0,
-    "budget_seconds": 90.0,
+    "max_attempts": int(os.environ.get("DESKHAND_MODEL_ATTEMPTS", str(retry.MODEL.max_attempts))),
+    "base_delay": float(os.environ.get("DESKHAND_MODEL_BACKOFF", str(retry.MODEL.base_delay))),
+    "max_delay": retry.MODEL.max_delay,
+    "budget_seconds": retry.MODEL.budget_seconds,
 }
 # Notifications (approvals/outbox.py): the console's address for links, the Message-ID domain,
 # how long before expiry a pending approval is warned about, and the mail backend (the console

@@ -291,3 +291,8 @@ _.routed_run  # TicketMessage FK: the admin and the sweep read it by its _id
 _.model_config  # pydantic reads it by name (deskhand/api/webhooks.py: the events' extra="forbid")
 _.delivery_id  # deskhand/api/webhooks.py: a field of the events out, written by approvals.outbox
 _.before_call  # schemathesis calls its hooks by name (tests/api/schemathesis_hooks.py)
+
+# --- the retry policies (issue 37): DBOS reads its step options by key ----------------------
+_.retries_allowed  # deskhand.retry.StepRetry: the keys of dbos.StepOptions / @DBOS.step
+_.interval_seconds
+_.backoff_rate

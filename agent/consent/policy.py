@@ -34,7 +34,8 @@ from django.db import transaction
 from django.utils import timezone
 
 from agent.tools import REGISTRY, Risk
-from approvals.models import Approval, ApprovalPolicy, ApprovalStatus, AuditEvent, Channel
+from approvals.audit import audit_record
+from approvals.models import Approval, ApprovalPolicy, ApprovalStatus, Channel
 from deskhand.desk.models import Merchant
 from deskhand.desk.money import format_cents
 from deskhand.desk.permissions import require_owner
@@ -180,8 +181,8 @@ def policy_save(*, merchant: Merchant, user: Any, rules: Any, channel: str) -> A
             rules=after,
             created_by=user,
         )
-        AuditEvent.objects.create(
-            merchant=merchant,
+        audit_record(
+            merchant_id=merchant.pk,
             actor=user,
             action="policy.change",
             channel=channel,

@@ -1,4 +1,4 @@
-"""What every effect adapter answers, and the one retry loop they share.
+"""What every effect adapter answers, and the one retry loop they share (``deskhand.retry.EFFECT``).
 
 An adapter for a system outside this database does four things, each in a known
 transaction (``agent.ledger.intents`` drives them):
@@ -28,6 +28,7 @@ from typing import Any, Literal, Protocol
 from agent.effects import config
 from agent.ledger.models import LedgerEntry
 from agent.tools.registry import ToolContext
+from deskhand import retry
 
 State = Literal["done", "failed", "unknown"]
 
@@ -70,27 +71,35 @@ def with_retries(
 
     ``attempt`` raises ``Retry`` for an answer that leaves the effect undecided but safe to
     ask again under the same key (a 429, a 5xx, a lost connection); the wait is the
-    system's ``Retry-After`` when it gives one, else 0.5 s doubling. When the budget runs
-    out the outcome is ``unknown``: the claim stays pending, and nothing is ever sent under
-    a new key.
+    system's ``Retry-After`` when it gives one, else 0.5 s doubling (``deskhand.retry.EFFECT``,
+    whose attempts and seconds ``budget`` sets). When the budget runs out the outcome is
+    ``unknown``: the claim stays pending, and nothing is ever sent under a new key.
     """
     limits = budget or config.budget()
-    deadline = clock() + limits.seconds
-    calls, wait, last = 0, 0.5, "not called"
-    while calls < limits.attempts:
+    policy = dataclasses.replace(
+        retry.EFFECT, max_attempts=limits.attempts, budget_seconds=limits.seconds
+    )
+    calls = 0
+
+    def once() -> Outcome:
+        nonlocal calls
         calls += 1
-        try:
-            out = attempt()
-            return dataclasses.replace(out, calls=calls)
-        except Retry as exc:
-            last = exc.reason
-            pause = exc.after if exc.after is not None else wait
-            wait = min(wait * 2, 8.0)
-            if calls >= limits.attempts or clock() + pause > deadline:
-                break
-            sleep(pause)
-    return Outcome(
-        "unknown", reason=f"no settling answer after {calls} call(s): {last}", calls=calls
+        return dataclasses.replace(attempt(), calls=calls)
+
+    def gave_up(last: BaseException, made: int) -> Outcome:
+        reason = last.reason if isinstance(last, Retry) else str(last)
+        return Outcome(
+            "unknown", reason=f"no settling answer after {made} call(s): {reason}", calls=made
+        )
+
+    return retry.retry_call(
+        once,
+        policy,
+        transient=lambda exc: isinstance(exc, Retry),
+        named_wait=lambda exc: exc.after if isinstance(exc, Retry) else None,
+        gave_up=gave_up,
+        sleep=sleep,
+        clock=clock,
     )
 
 

@@ -27,7 +27,7 @@ Mail (SMTP through Django's email framework):
 its domain is the right-hand side of every ``Message-ID``).
 
 Both: ``DESKHAND_EFFECT_BUDGET_SECONDS`` (20) and ``DESKHAND_EFFECT_ATTEMPTS`` (4) bound the
-retries of one effect inside its step, all under the same key.
+retries of one effect inside its step, all under the same key (``deskhand.retry.EFFECT``).
 """
 
 from __future__ import annotations
@@ -35,6 +35,8 @@ from __future__ import annotations
 import dataclasses
 import os
 import re
+
+from deskhand.retry import EFFECT
 
 
 class NotConfigured(Exception):
@@ -72,8 +74,8 @@ class Budget:
 
 def budget() -> Budget:
     return Budget(
-        attempts=max(1, _int("DESKHAND_EFFECT_ATTEMPTS", 4)),
-        seconds=max(0.0, _float("DESKHAND_EFFECT_BUDGET_SECONDS", 20.0)),
+        attempts=max(1, _int("DESKHAND_EFFECT_ATTEMPTS", EFFECT.max_attempts)),
+        seconds=max(0.0, _float("DESKHAND_EFFECT_BUDGET_SECONDS", EFFECT.budget_seconds)),
     )
 
 

@@ -34,6 +34,7 @@ from agent.ledger.models import LedgerEntry
 from agent.models import OPEN_STATUSES, Run, Step
 from agent.privacy.models import RedactionReason
 from agent.privacy.redaction import ERASED, redact_json, run_redact
+from approvals.audit import audit_record
 from approvals.models import Approval, AuditEvent, Channel, StaffNote
 from deskhand.apikeys.erasure import StoredResponseRows
 from deskhand.dbos import client as dbos_client
@@ -167,7 +168,7 @@ def customer_erase(
                 counts[key] += int(what[key])
         inbound = {**InboundRows(customer).erase(now=now), **StoredResponseRows(customer).erase()}
         counts = {**erasure.rows.erase(marker=ERASED, now=now), **inbound, **counts}
-        AuditEvent.objects.create(
+        audit_record(
             merchant_id=customer.merchant_id,
             actor=user,
             action="customer.erase",

@@ -4,9 +4,10 @@ The request is the same shape every turn — one cached system block, the
 strict tool schemas in a fixed order, the history — so the prompt cache stays
 warm across a run.
 
-**Retries live here and only here.** The SDK is built with ``max_retries=0``;
-``complete`` retries what can succeed later — HTTP 429, 500, 502, 503, 504 and
-529, connection errors and timeouts — with exponential backoff (jittered,
+**Retries live here and only here**, under the ``MODEL`` policy of ``deskhand.retry``
+(the module of every retry policy, which counts the worst case). The SDK is built with
+``max_retries=0``; ``complete`` retries what can succeed later — HTTP 429, 500, 502, 503,
+504 and 529, connection errors and timeouts — with exponential backoff (jittered,
 capped) that honours the API's ``retry-after`` / ``retry-after-ms`` (capped at
 ``RetryPolicy.max_delay``), until ``RetryPolicy.max_attempts`` or its sleeping
 budget is spent. Anything else (400, 401, 403, 404, 413, …) fails at once. Either
@@ -34,7 +35,6 @@ run and turn (``client_for``): its connection pool survives between calls.
 
 from __future__ import annotations
 
-import dataclasses
 import datetime as dt
 import email.utils
 import random
@@ -51,8 +51,10 @@ from agent.providers import pricing
 from agent.providers.anthropic_reply import read_message
 from agent.providers.base import ModelReply, return_waits
 from agent.providers.base import ProviderError as ProviderError
+from deskhand.retry import MODEL_TRANSIENT_STATUSES as TRANSIENT_STATUSES
+from deskhand.retry import RetryPolicy as RetryPolicy
+from deskhand.retry import retry_call
 
-TRANSIENT_STATUSES = frozenset({429, 500, 502, 503, 504, 529})
 _KIND_BY_STATUS = {
     400: "invalid_request_error",
     401: "authentication_error",
@@ -77,14 +79,6 @@ MAX_NONSTREAMING_TOKENS = int(600 / _SECONDS_PER_TOKEN)
 def request_timeout(max_tokens: int) -> anthropic.Timeout:
     read = min(600.0, max(60.0, 2 * _SECONDS_PER_TOKEN * max_tokens))
     return anthropic.Timeout(read, connect=5.0)
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class RetryPolicy:
-    max_attempts: int = 4  # the first call and three retries
-    base_delay: float = 1.0  # seconds before the first retry; doubled each time
-    max_delay: float = 30.0  # cap on one wait, retry-after included
-    budget_seconds: float = 90.0  # cap on all waiting for one call
 
 
 _KEYLIKE = re.compile(r"sk-ant-[A-Za-z0-9_\-]+")
@@ -309,13 +303,15 @@ class AnthropicProvider:
 
     def _create(self, request: dict[str, Any]) -> dict[str, Any]:
         """One reply, read by ``anthropic_reply.read_message``, through the one retry layer."""
-        policy = self.retry
         history: list[str] = []
-        waited = 0.0
-        attempt = 0
-        while True:
-            attempt += 1
+        slept_out = False  # the last attempt found a budget spent, and its wait was slept
+
+        def attempt() -> dict[str, Any]:
+            nonlocal slept_out
+            if slept_out:  # slept out the reset it named: send now
+                _note_budget(self._budget_key, None)
             spent = _budget_wait(self._budget_key)
+            slept_out = spent is not None
             if spent is not None:
                 # Not sent: the last reply said this budget is spent until its reset.
                 error, cause = _spent_budget(spent), None
@@ -332,23 +328,25 @@ class AnthropicProvider:
                 except ProviderError as exc:  # a reply that came but cannot be used
                     error, cause = exc, None
             history.append(error.kind)
-            error.attempts, error.history = attempt, tuple(history)
-            if not error.transient or attempt >= policy.max_attempts:
-                raise error from cause
-            if error.retry_after is not None and return_waits.get():
-                # The model step sleeps this durably, in the workflow, and calls again.
-                raise error from cause
-            if error.retry_after is not None:
-                delay = min(error.retry_after, policy.max_delay)
-            else:
-                backoff = min(policy.max_delay, policy.base_delay * 2 ** (attempt - 1))
-                delay = self._jitter(backoff)
-            if waited + delay > policy.budget_seconds:
-                raise error from cause
-            self._sleep(delay)
-            waited += delay
-            if spent is not None:  # slept out the reset it named: send now
-                _note_budget(self._budget_key, None)
+            error.attempts, error.history = len(history), tuple(history)
+            raise error from cause
+
+        return retry_call(
+            attempt,
+            self.retry,
+            transient=_worth_retrying_here,
+            named_wait=lambda exc: getattr(exc, "retry_after", None),
+            sleep=self._sleep,
+            jitter=self._jitter,
+        )
+
+
+def _worth_retrying_here(exc: BaseException) -> bool:
+    """A transient error is retried here, unless it names a wait the model step can sleep
+    durably (``base.return_waits``): then it is raised at once, and the workflow sleeps it."""
+    if not isinstance(exc, ProviderError) or not exc.transient:
+        return False
+    return exc.retry_after is None or not return_waits.get()
 
 
 def _spent_budget(seconds: float) -> ProviderError:

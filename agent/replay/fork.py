@@ -65,7 +65,8 @@ from agent.run.services import RunRefused, bounds_snapshot, run_mark_failed
 from agent.run.workflow_findings import finding_record
 from agent.runtime import StepName
 from agent.tools import Risk, risk_of
-from approvals.models import AuditEvent, Channel
+from approvals.audit import audit_record
+from approvals.models import Channel
 from deskhand.dbos import client as dbos_client
 from deskhand.dbos.client import WorkflowOrigin, fork_run_workflow, workflow_steps
 from deskhand.dbos.names import LIMITED_CALL_WORKFLOW
@@ -195,11 +196,11 @@ def fork_run(
                 forked_from=run,
                 fork_step=seq,
             )
-            AuditEvent.objects.create(
+            audit_record(
                 merchant_id=run.merchant_id,
                 actor=user,
                 action="run.fork",
-                run=fork,
+                run_id=fork.pk,
                 channel=channel,
                 detail={
                     "forked_from": str(run.pk),
@@ -340,11 +341,11 @@ def workflow_adopt(workflow_id: str) -> Adoption:
                     )
             except IntegrityError:
                 raise RunRefused(_open_run_sentence(parent)) from None
-            AuditEvent.objects.create(
+            audit_record(
                 merchant_id=parent.merchant_id,
                 actor=None,
                 action="run.fork",
-                run=fork,
+                run_id=fork.pk,
                 channel=Channel.SYSTEM,
                 detail={
                     "forked_from": str(parent.pk),

@@ -17,7 +17,8 @@ from agent.models import TERMINAL_STATUSES, Run, RunStatus, StopReason
 from agent.run.payloads import StepKind
 from agent.run.selectors import effects_summary
 from agent.run.services import next_seq, run_close, run_close_pending_approvals, run_mark_failed
-from approvals.models import AuditEvent, Channel
+from approvals.audit import audit_record
+from approvals.models import Channel
 from deskhand import events
 from deskhand.desk.models import Priority, TicketStatus
 from deskhand.desk.rows import row_by_pk
@@ -91,11 +92,11 @@ def _escalate_to_a_person(run: Run) -> str:
     ticket_set_status(ticket=ticket, status=TicketStatus.ESCALATED)
     if ticket.priority in (Priority.LOW, Priority.NORMAL):
         ticket_set_priority(ticket=ticket, priority=Priority.HIGH)
-    AuditEvent.objects.create(
+    audit_record(
         merchant_id=run.merchant_id,
         actor=None,
         action="ticket.escalated",
-        run=run,
+        run_id=run.pk,
         channel=Channel.SYSTEM,
         detail={"ticket": ticket.reference, "why": "the model refused to continue", "was": was},
     )

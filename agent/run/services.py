@@ -38,7 +38,8 @@ from agent.providers import default_provider, pricing
 from agent.run.payloads import StepKind
 from agent.run.selectors import effects_summary
 from agent.run.steplog import log_step
-from approvals.models import Approval, ApprovalStatus, AuditEvent, Channel
+from approvals.audit import audit_record
+from approvals.models import Approval, ApprovalStatus, Channel
 from approvals.notifications import notify_run_finished
 from approvals.services import approval_expire, approval_withdraw
 from deskhand import events
@@ -106,11 +107,11 @@ def run_create(
                 prompt=opening_prompt(ticket.reference),
                 **bounds_snapshot(ticket.merchant),
             )
-            AuditEvent.objects.create(
+            audit_record(
                 merchant_id=ticket.merchant_id,
                 actor=user,
                 action="run.start",
-                run=run,
+                run_id=run.pk,
                 channel=channel,
                 detail={
                     "ticket": ticket.reference,
@@ -392,11 +393,11 @@ def run_cancel(*, run: Run, user: Any, channel: str = Channel.CLI) -> Run:
             .filter(run_id=locked.pk, status=ApprovalStatus.PENDING)
             .values_list("pk", flat=True)
         ]
-        AuditEvent.objects.create(
+        audit_record(
             merchant_id=locked.merchant_id,
             actor=user,
             action="run.cancel",
-            run=locked,
+            run_id=locked.pk,
             channel=channel,
             detail={"was": was, "withdrawn": pending},
         )

@@ -12,7 +12,8 @@ from agent.models import ACTIVE_STATUSES, Run, Step
 from agent.run import payloads
 from agent.run.payloads import StepKind
 from agent.run.steplog import log_step
-from approvals.models import AuditEvent, Channel, StaffNote
+from approvals.audit import audit_record
+from approvals.models import Channel, StaffNote
 from deskhand.dbos import client as dbos_client
 from deskhand.desk.permissions import require_actor
 
@@ -53,11 +54,11 @@ def run_steer(*, run: Run, user: Any, body: str, channel: str = Channel.CLI) -> 
                 f"run {run.id} is already {locked.status}; notes reach only live runs."
             )
         note = StaffNote.objects.create(run=locked, author=user, body=body, channel=channel)
-        AuditEvent.objects.create(
+        audit_record(
             merchant_id=locked.merchant_id,
             actor=user,
             action="run.steer",
-            run=locked,
+            run_id=locked.pk,
             channel=channel,
             detail={"note": note.pk, "body": body},
         )

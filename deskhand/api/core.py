@@ -20,7 +20,8 @@ from ninja.security import HttpBearer
 from agent.consent.narrowing import NarrowingRefused
 from agent.run.services import RunRefused
 from agent.run.steering import SteerRefused
-from approvals.models import AuditEvent, Channel
+from approvals.audit import audit_record
+from approvals.models import Channel
 from approvals.services import DecisionRefused, ReasonRequired
 from deskhand.api import document
 from deskhand.api.problems import CONTENT_TYPE, Problem, problem_response
@@ -226,7 +227,7 @@ def audit(
 ) -> None:
     """Every write through the API is audited under the key's name, beside the person."""
     key = key_of(request)
-    AuditEvent.objects.create(
+    audit_record(
         merchant_id=key.merchant_id,
         actor=person,
         action=action[:40],

@@ -20,7 +20,8 @@ from django.db.models import Max
 from agent.models import Run, Step
 from agent.run.payloads import StepKind
 from agent.run.steplog import log_step
-from approvals.models import AuditEvent, Channel
+from approvals.audit import audit_record
+from approvals.models import Channel
 from deskhand.desk.permissions import require_actor
 from deskhand.desk.services import DomainError, inverse_apply
 
@@ -62,11 +63,11 @@ def step_undo(*, run: Run, seq: int, user: Any, channel: str = Channel.WEB) -> S
         )
         step.undone_by = undo
         step.save(update_fields=["undone_by"])
-        AuditEvent.objects.create(
+        audit_record(
             merchant_id=locked.merchant_id,
             actor=user,
             action="step.undo",
-            run=locked,
+            run_id=locked.pk,
             channel=channel,
             detail={
                 "seq": seq,

@@ -17,7 +17,8 @@ from typing import Any
 from django.contrib.auth import get_user_model
 from django.db import transaction
 
-from approvals.models import AuditEvent, Channel, person_name
+from approvals.audit import audit_record
+from approvals.models import Channel, person_name
 from deskhand.cli import CliError, DeskhandCommand
 from deskhand.desk.models import Membership
 
@@ -47,7 +48,7 @@ class Command(DeskhandCommand):
             user.is_active = False
             user.save(update_fields=["is_active"])
             for merchant_id in merchants:
-                AuditEvent.objects.create(
+                audit_record(
                     merchant_id=merchant_id,
                     actor=None,  # an operator's act, not a merchant member's
                     action=action,

@@ -1,0 +1,1 @@
+"""Django's home for this app's ``manage.py`` commands (in ``commands``)."""

@@ -1,0 +1,1 @@
+"""Template filters the console's templates load (``console_words``)."""

@@ -33,6 +33,7 @@ from deskhand.dbos.engine.queues import queues_kicked_while_waiting
 from deskhand.dbos.names import CUSTOMER_LINE_WORKFLOW, INBOUND_WORKFLOW
 from deskhand.fleet.lease import guard
 from deskhand.mail.process import inbound_process
+from deskhand.retry import INTAKE_STEP, dbos_step
 
 PROCESS_STEP = "mail.process"
 ROUTE_STEP = "customer.route"
@@ -52,7 +53,7 @@ def _body[R](name: str, fn: Callable[[], R]) -> R:
         close_old_connections()
 
 
-@DBOS.step(name=PROCESS_STEP, retries_allowed=True, max_attempts=5, interval_seconds=1.0)
+@DBOS.step(name=PROCESS_STEP, **dbos_step(INTAKE_STEP))
 def process_step(inbound_id: int) -> dict[str, Any]:
     def work() -> dict[str, Any]:
         row = inbound_process(inbound_id)
@@ -63,7 +64,7 @@ def process_step(inbound_id: int) -> dict[str, Any]:
     return _body(PROCESS_STEP, work)
 
 
-@DBOS.step(name=ROUTE_STEP, retries_allowed=True, max_attempts=5, interval_seconds=1.0)
+@DBOS.step(name=ROUTE_STEP, **dbos_step(INTAKE_STEP))
 def route_step(line_id: int) -> dict[str, Any]:
     return _body(ROUTE_STEP, lambda: customer_line_route(line_id).as_dict())
 

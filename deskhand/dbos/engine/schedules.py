@@ -35,6 +35,7 @@ from deskhand.dbos.names import (
     RECONCILIATION_SCHEDULE,
     RETENTION_SCHEDULE,
 )
+from deskhand.retry import RECONCILE_STEP, dbos_step
 
 ESCALATION_CRON = "0 * * * * *"  # second 0 of every minute
 RECONCILIATION_CRON = "0 */5 * * * *"
@@ -77,7 +78,7 @@ def merchants_step(now_iso: str) -> list[int]:
         close_old_connections()
 
 
-@DBOS.step(name="effects.reconcile_merchant", retries_allowed=True, max_attempts=3)
+@DBOS.step(name="effects.reconcile_merchant", **dbos_step(RECONCILE_STEP))
 def reconcile_merchant_step(merchant_id: int, now_iso: str) -> dict[str, int]:
     close_old_connections()
     try:

@@ -46,6 +46,7 @@ from agent.runtime import RETRYABLE_STEPS, StepName, current_step_id
 from deskhand.dbos.engine.queues import kick_queues, model_queue, queues_kicked_while_waiting
 from deskhand.dbos.names import LIMITED_CALL_WORKFLOW, RUN_WORKFLOW, limited_reply_topic
 from deskhand.fleet.lease import guard
+from deskhand.retry import STEP, dbos_step
 
 T = TypeVar("T")
 
@@ -160,13 +161,11 @@ class DBOSRuntime:
             async with model_slot(self._merchant):  # only while the call is really made
                 return await asyncio.to_thread(_in_thread, name, fn, *args, function_id=fid)
 
-        retry = name in RETRYABLE_STEPS
-        options: StepOptions = {
-            "name": name,
-            "retries_allowed": retry,
-            "max_attempts": 3,
-            "interval_seconds": 1.0,
-        }
+        options: StepOptions = (
+            {"name": name, **dbos_step(STEP)}
+            if name in RETRYABLE_STEPS
+            else {"name": name, "retries_allowed": False}
+        )
         return await DBOS.run_step_async(options, body)
 
     async def limited_step(self, name: str, fn: Callable[..., T], *args: Any) -> T:

@@ -1,0 +1,1 @@
+"""The web process command (``manage.py web``: uvicorn serving ``deskhand.asgi``)."""

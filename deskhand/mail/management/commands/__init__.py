@@ -1,0 +1,1 @@
+"""The inbound SMTP receiver command (``manage.py mail_receiver``)."""
