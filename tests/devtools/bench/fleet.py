@@ -61,8 +61,9 @@ def cpu_of(procs: list[psutil.Process]) -> float:
 
 
 class Worker:
-    def __init__(self, executor_id: str, env: dict[str, str], logs: Path) -> None:
+    def __init__(self, executor_id: str, env: dict[str, str], logs: Path, nice: int = 0) -> None:
         self.executor_id = executor_id
+        self.nice = nice  # a CPU priority below the bench's own (os.nice), 0: the same
         self.env = env
         self.log = logs / f"{executor_id}.log"
         self.proc: subprocess.Popen[str] | None = None
@@ -79,6 +80,7 @@ class Worker:
                 stdout=out,
                 stderr=subprocess.STDOUT,
                 text=True,
+                preexec_fn=(lambda: os.nice(self.nice)) if self.nice else None,
             )
 
         def ready() -> bool:

@@ -131,6 +131,14 @@ class Command(DeskhandCommand):
             help="with --inbound: messages sent at once by concurrent SMTP clients (default 200)",
         )
         parser.add_argument(
+            "--clients",
+            type=int,
+            default=20,
+            metavar="N",
+            help="with --inbound: concurrent SMTP clients sending the burst (default 20, as"
+            " Postfix's default concurrency to one destination)",
+        )
+        parser.add_argument(
             "--peers",
             action="store_true",
             help="only the NW-1 shaped workload on Deskhand, bare DBOS and LangGraph, interleaved",
@@ -176,6 +184,8 @@ class Command(DeskhandCommand):
             raise UsageError("--sites tallies the loop alone: give it with --loop.")
         if opts["burst"] < 1:
             raise UsageError("--burst must be at least 1.")
+        if opts["clients"] < 1:
+            raise UsageError("--clients must be at least 1.")
         if opts["loop"] and opts["peers"]:
             raise UsageError("--loop and --peers are two different runs: give one of them.")
         self.opts, self.plan = opts, plan
@@ -368,6 +378,7 @@ class Command(DeskhandCommand):
                 out["inbound"] = measure_inbound(
                     plan["samples"],
                     self.opts["burst"],
+                    clients=self.opts["clients"],
                     server=self.server,
                     dbname=scratch,
                     progress=progress,
