@@ -258,11 +258,9 @@ TOOLS: list[ToolDef] = [
     ToolDef(
         name="send_customer_email",
         description=(
-            "Email the customer on this run's ticket (subject 3 to 200 characters, one line, what "
-            "the approver reads it is about; body 10 to 4000). It goes out on the ticket's email "
-            "thread, under the customer's own subject, and appears on the ticket thread. "
-            "Irreversible: a person approves it before it is sent, and once sent it cannot be "
-            "recalled."
+            "Email the customer on this run's ticket (subject 3 to 200 characters, one line; body "
+            "10 to 4000). It goes out on the ticket's thread. Irreversible: a person approves it "
+            "before it is sent, and once sent it cannot be recalled."
         ),
         risk=Risk.IRREVERSIBLE,
         input_schema=object_schema(reference=STRING, subject=STRING, body=STRING),

@@ -139,6 +139,8 @@ def test_an_owner_runs_nw1_live_approves_and_sees_the_refund(browser, web_server
     page.wait_for_selector(".gate button[value=approve]", timeout=PATIENCE_MS)
     assert page.evaluate("window.__noReload === true")
     assert page.locator("#timeline li.step").count() >= 2
+    # The status is its own swap (the panel's), which may land after the gate's: waited for.
+    page.wait_for_selector("#run-status.s-awaiting_approval", timeout=PATIENCE_MS)
     assert "Awaiting Approval" in page.inner_text("#run-status")
 
     page.goto(f"{web_server.url}/approvals/")
