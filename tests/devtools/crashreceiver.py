@@ -19,13 +19,10 @@ import dataclasses
 import os
 import queue
 import smtplib
-import subprocess
 import sys
 import threading
-import time
 
-from tests.devtools import forkserver
-from tests.devtools.crashworker import LOG_DIR, ROOT, database_url
+from tests.devtools.crashworker import ROOT, CrashProcess, database_url
 
 
 def install(spec: str) -> None:
@@ -49,53 +46,20 @@ def main(argv: list[str]) -> None:
     call_command("mail_receiver", port=port)
 
 
-class Receiver:
+class Receiver(CrashProcess):
     """``python -m tests.devtools.crashreceiver``: the SMTP receiver on one port, which a
     schedule may kill and start again on the same port (a sending server retries there)."""
 
+    module = "tests.devtools.crashreceiver"
+
     def __init__(self, name: str, port: int) -> None:
+        super().__init__(f"{name}-receiver")
         self.port = port
-        self.proc: forkserver.Process | None = None
-        LOG_DIR.mkdir(parents=True, exist_ok=True)
-        session = os.environ.get("PYTEST_XDIST_WORKER", "main")
-        self.log_path = LOG_DIR / f"{session}-{name}-receiver.log"
 
     def start(self, spec: str = "") -> Receiver:
         env = dict(os.environ, DATABASE_URL=database_url(), PYTHONUNBUFFERED="1")
-        with self.log_path.open("a") as log:
-            log.write(f"--- start spec={spec!r}\n")
-        self.proc = forkserver.start(
-            "tests.devtools.crashreceiver", [str(self.port), spec], env, self.log_path
-        )
-        ready = f"Receiving mail on 127.0.0.1:{self.port}"
-        end = time.monotonic() + 60
-        while time.monotonic() < end:
-            if ready in self.log_path.read_text().rsplit("--- start", 1)[-1]:
-                return self
-            if self.proc.poll() is not None:
-                break
-            time.sleep(0.05)
-        raise RuntimeError(
-            f"receiver on port {self.port} did not start:\n{self.log_path.read_text()[-3000:]}"
-        )
-
-    @property
-    def killed(self) -> bool:
-        return self.proc is not None and self.proc.poll() == -9
-
-    @property
-    def alive(self) -> bool:
-        return self.proc is not None and self.proc.poll() is None
-
-    def stop(self) -> None:
-        if self.alive:
-            assert self.proc is not None
-            self.proc.terminate()
-            try:
-                self.proc.wait(15)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(10)
+        self._launch([str(self.port), spec], spec, env, f"Receiving mail on 127.0.0.1:{self.port}")
+        return self
 
 
 # --- the other end: a sending server --------------------------------------------------------

@@ -24,17 +24,14 @@ import http.client
 import json
 import os
 import queue
-import subprocess
 import sys
 import threading
-import time
 import uuid
 from typing import Any
 from urllib.parse import urlencode
 
-from tests.devtools import forkserver
 from tests.devtools.crashreceiver import Letter, install
-from tests.devtools.crashworker import LOG_DIR, ROOT, database_url
+from tests.devtools.crashworker import ROOT, CrashProcess, database_url
 
 
 def main(argv: list[str]) -> None:
@@ -50,16 +47,15 @@ def main(argv: list[str]) -> None:
     call_command("web", host="127.0.0.1", port=port, no_access_log=True)
 
 
-class Web:
+class Web(CrashProcess):
     """``python -m tests.devtools.crashweb``: the web process on one port, which a schedule
     may kill and start again on the same port (a webhook sender retries the same URL)."""
 
+    module = "tests.devtools.crashweb"
+
     def __init__(self, name: str, port: int) -> None:
+        super().__init__(f"{name}-web")
         self.port = port
-        self.proc: forkserver.Process | None = None
-        LOG_DIR.mkdir(parents=True, exist_ok=True)
-        session = os.environ.get("PYTEST_XDIST_WORKER", "main")
-        self.log_path = LOG_DIR / f"{session}-{name}-web.log"
 
     def start(self, spec: str = "") -> Web:
         from tests.mail.conftest import SIGNING_KEY  # the key the tests' Mailgun posts sign with
@@ -72,40 +68,10 @@ class Web:
             DESKHAND_MAILGUN_WEBHOOK_SIGNING_KEY=SIGNING_KEY,
         )
         env.pop("DJANGO_ALLOW_ASYNC_UNSAFE", None)  # the server keeps Django's async guard
-        with self.log_path.open("a") as log:
-            log.write(f"--- start spec={spec!r}\n")
-        self.proc = forkserver.start(
-            "tests.devtools.crashweb", [str(self.port), spec], env, self.log_path
+        self._launch(
+            [str(self.port), spec], spec, env, f"Uvicorn running on http://127.0.0.1:{self.port}"
         )
-        ready = f"Uvicorn running on http://127.0.0.1:{self.port}"
-        end = time.monotonic() + 60
-        while time.monotonic() < end:
-            if ready in self.log_path.read_text().rsplit("--- start", 1)[-1]:
-                return self
-            if self.proc.poll() is not None:
-                break
-            time.sleep(0.05)
-        raise RuntimeError(
-            f"web process on port {self.port} did not start:\n{self.log_path.read_text()[-3000:]}"
-        )
-
-    @property
-    def killed(self) -> bool:
-        return self.proc is not None and self.proc.poll() == -9
-
-    @property
-    def alive(self) -> bool:
-        return self.proc is not None and self.proc.poll() is None
-
-    def stop(self) -> None:
-        if self.alive:
-            assert self.proc is not None
-            self.proc.terminate()
-            try:
-                self.proc.wait(15)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(10)
+        return self
 
 
 # --- the other end: a webhook sender -----------------------------------------------------------

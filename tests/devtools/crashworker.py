@@ -116,42 +116,34 @@ def database_url() -> str:
     return f"postgresql://{auth}@{quote(host, safe='')}{port}/{sd['NAME']}"
 
 
-class Worker:
-    """``python -m tests.devtools.crashworker``: a real ``manage.py worker`` that may be told to die."""
+class CrashProcess:
+    """A product process started through the forkserver with crash points from a spec, which a
+    schedule may SIGKILL and start again: the worker, the SMTP receiver, the web process."""
 
-    def __init__(self, executor_id: str, provider: str) -> None:
-        self.executor_id = executor_id
-        self.provider = provider
+    module = ""  # the launcher: ``python -m <module> <args…> <spec>``
+
+    def __init__(self, log_name: str) -> None:
         self.proc: forkserver.Process | None = None
         LOG_DIR.mkdir(parents=True, exist_ok=True)
-        # One log per pytest process too (xdist workers may reuse an executor id).
+        # One log per pytest process too (xdist workers may reuse a name).
         session = os.environ.get("PYTEST_XDIST_WORKER", "main")
-        self.log_path = LOG_DIR / f"{session}-{executor_id}.log"
+        self.log_path = LOG_DIR / f"{session}-{log_name}.log"
 
-    def start(self, spec: str = "") -> Worker:
-        env = dict(
-            os.environ,
-            DATABASE_URL=database_url(),
-            PYTHONUNBUFFERED="1",
-        )
+    def _launch(self, args: list[str], spec: str, env: dict[str, str], ready: str) -> None:
+        """Start it, and wait until its log since this start says ``ready``."""
         with self.log_path.open("a") as log:
             log.write(f"--- start spec={spec!r}\n")
-        self.proc = forkserver.start(
-            "tests.devtools.crashworker",
-            [self.executor_id, spec, self.provider],
-            env,
-            self.log_path,
-        )
+        self.proc = forkserver.start(self.module, args, env, self.log_path)
         end = time.monotonic() + 60
         while time.monotonic() < end:
-            text = self.log_path.read_text()
-            if text.rsplit("--- start", 1)[-1].find(f"worker {self.executor_id} ready") != -1:
-                return self
+            if ready in self.log_path.read_text().rsplit("--- start", 1)[-1]:
+                return
             if self.proc.poll() is not None:
                 break
             time.sleep(0.05)
         raise RuntimeError(
-            f"worker {self.executor_id} did not start:\n{self.log_path.read_text()[-3000:]}"
+            f"{self.module} did not start ({ready!r} not seen):\n"
+            f"{self.log_path.read_text()[-3000:]}"
         )
 
     @property
@@ -175,8 +167,25 @@ class Worker:
             try:
                 self.proc.wait(15)
             except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(10)
+                self.kill()
+
+
+class Worker(CrashProcess):
+    """``python -m tests.devtools.crashworker``: a real ``manage.py worker`` that may be told to die."""
+
+    module = "tests.devtools.crashworker"
+
+    def __init__(self, executor_id: str, provider: str) -> None:
+        super().__init__(executor_id)
+        self.executor_id = executor_id
+        self.provider = provider
+
+    def start(self, spec: str = "") -> Worker:
+        env = dict(os.environ, DATABASE_URL=database_url(), PYTHONUNBUFFERED="1")
+        self._launch(
+            [self.executor_id, spec, self.provider], spec, env, f"worker {self.executor_id} ready"
+        )
+        return self
 
 
 if __name__ == "__main__":
