@@ -21,6 +21,7 @@ import queue
 import smtplib
 import sys
 import threading
+from typing import Protocol
 
 from tests.devtools.crashworker import ROOT, CrashProcess, database_url
 
@@ -85,46 +86,69 @@ class Letter:
         return self.attempts > 1
 
 
-class Mta:
-    """``SENDERS`` threads delivering ``letters`` to one port as a mail server would: each
-    message is done at a 250 or a 5xx; anything else (a dropped connection, a refused one, a
-    4xx) is tried again after a pause, unless ``resend`` is False (the sender gave up)."""
+class Sendable(Protocol):
+    attempts: int
+    done: bool
 
-    def __init__(self, port: int, to: str, letters: list[Letter], *, resend: bool) -> None:
-        self.port, self.to, self.letters, self.resend = port, to, letters, resend
-        self.todo: queue.Queue[Letter] = queue.Queue()
-        for letter in letters:
-            self.todo.put(letter)
+
+class RetryingSender[T: Sendable]:
+    """``SENDERS`` threads delivering ``items`` to one port as a sending server would: each is
+    done once ``_attempt`` says its answer was final; anything else is tried again after a
+    pause, unless ``resend`` is False (the sender gave up). The SMTP ``Mta`` and the webhook
+    ``Sender`` (``tests/devtools/crashweb.py``) differ only in what one attempt is."""
+
+    resend = True
+
+    def __init__(self, port: int, items: list[T]) -> None:
+        self.port, self.items = port, items
+        self.unsent: queue.Queue[T] = queue.Queue()
+        for item in items:
+            self.unsent.put(item)
         self.stopping = threading.Event()
         self.threads = [threading.Thread(target=self._deliver, daemon=True) for _ in range(SENDERS)]
 
-    def start(self) -> Mta:
+    def start(self) -> RetryingSender[T]:
         for t in self.threads:
             t.start()
         return self
 
     @property
     def done(self) -> bool:
-        return all(letter.done for letter in self.letters)
+        return all(item.done for item in self.items)
 
     def stop(self) -> None:
         self.stopping.set()
         for t in self.threads:
             t.join(30)
 
+    def _attempt(self, item: T) -> bool:
+        """One attempt; True when the answer is final."""
+        raise NotImplementedError
+
     def _deliver(self) -> None:
         while not self.stopping.is_set() and not self.done:
             try:
-                letter = self.todo.get(timeout=0.05)
+                item = self.unsent.get(timeout=0.05)
             except queue.Empty:
                 continue
-            letter.attempts += 1
-            final = self._send(letter)
-            if final or not self.resend:
-                letter.done = True
+            item.attempts += 1
+            if self._attempt(item) or not self.resend:
+                item.done = True
             else:
                 self.stopping.wait(RESEND_PAUSE)
-                self.todo.put(letter)
+                self.unsent.put(item)
+
+
+class Mta(RetryingSender[Letter]):
+    """A mail server delivering ``letters``: each is done at a 250 or a 5xx; a dropped or
+    refused connection, or a 4xx, is tried again, unless ``resend`` is False."""
+
+    def __init__(self, port: int, to: str, letters: list[Letter], *, resend: bool) -> None:
+        super().__init__(port, letters)
+        self.to, self.letters, self.resend = to, letters, resend
+
+    def _attempt(self, letter: Letter) -> bool:
+        return self._send(letter)
 
     def _send(self, letter: Letter) -> bool:
         """One attempt; True when the answer is final (a 250 or a 5xx)."""

@@ -23,14 +23,12 @@ import email.policy
 import http.client
 import json
 import os
-import queue
 import sys
-import threading
 import uuid
 from typing import Any
 from urllib.parse import urlencode
 
-from tests.devtools.crashreceiver import Letter, install
+from tests.devtools.crashreceiver import Letter, RetryingSender, install
 from tests.devtools.crashworker import ROOT, CrashProcess, database_url
 
 
@@ -75,9 +73,6 @@ class Web(CrashProcess):
 
 
 # --- the other end: a webhook sender -----------------------------------------------------------
-
-SENDERS = 3  # concurrent posts, as Mailgun or a help desk makes them
-RESEND_PAUSE = 0.1  # its retry interval, shortened
 
 
 @dataclasses.dataclass
@@ -157,45 +152,16 @@ class Delivery:
         )
 
 
-class Sender:
-    """``SENDERS`` threads posting ``deliveries`` to one port as a webhook sender would: a
-    post is done at a 2xx or a 4xx (Mailgun's 406 is "do not retry"); a connection refused
-    or dropped, or a 5xx, is posted again after a pause."""
+class Sender(RetryingSender[Delivery]):
+    """A webhook sender posting ``deliveries``: a post is done at a 2xx or a 4xx (Mailgun's
+    406 is "do not retry"); a connection refused or dropped, or a 5xx, is posted again."""
 
     def __init__(self, port: int, deliveries: list[Delivery]) -> None:
-        self.port, self.deliveries = port, deliveries
-        self.todo: queue.Queue[Delivery] = queue.Queue()
-        for delivery in deliveries:
-            self.todo.put(delivery)
-        self.stopping = threading.Event()
-        self.threads = [threading.Thread(target=self._deliver, daemon=True) for _ in range(SENDERS)]
+        super().__init__(port, deliveries)
+        self.deliveries = deliveries
 
-    def start(self) -> Sender:
-        for t in self.threads:
-            t.start()
-        return self
-
-    @property
-    def done(self) -> bool:
-        return all(d.done for d in self.deliveries)
-
-    def stop(self) -> None:
-        self.stopping.set()
-        for t in self.threads:
-            t.join(30)
-
-    def _deliver(self) -> None:
-        while not self.stopping.is_set() and not self.done:
-            try:
-                delivery = self.todo.get(timeout=0.05)
-            except queue.Empty:
-                continue
-            delivery.attempts += 1
-            if self._post(delivery):
-                delivery.done = True
-            else:
-                self.stopping.wait(RESEND_PAUSE)
-                self.todo.put(delivery)
+    def _attempt(self, delivery: Delivery) -> bool:
+        return self._post(delivery)
 
     def _post(self, delivery: Delivery) -> bool:
         """One attempt; True when the answer is final (a 2xx or a 4xx)."""

@@ -23,6 +23,7 @@ from deskhand.mail.intake import inbound_received
 from deskhand.mail.models import InboundEmail, InboundStatus
 from deskhand.mail.process import inbound_process
 from deskhand.mail.smtp import InboundHandler, smtp_options
+from tests.support.waiting import PATIENCE_S, until
 
 # A real key, of the shape Mailgun issues, that the server under test is configured with.
 SIGNING_KEY = "key-" + "3ax6xnjp29jd6fds4gc373sgvjxteol0"[:32]
@@ -160,25 +161,26 @@ def received(raw: bytes, **kwargs: Any) -> InboundEmail:
     return intake_now(inbound_received(raw=raw, **kwargs))
 
 
-def intake_idle(timeout: float = 60.0) -> None:
+def intake_idle(timeout: float = PATIENCE_S) -> None:
     """Wait until every stored message is processed and every customer line routed.
 
     A receiver answers once the message is stored; a worker (here the test's in-process
-    executor) processes it a moment later. Polled, with a deadline a loaded machine meets.
+    executor) processes it a moment later.
     """
-    end = time.monotonic() + timeout
-    while True:
+
+    def counts() -> tuple[int, int]:
         close_old_connections()
-        waiting = InboundEmail.objects.filter(status=InboundStatus.RECEIVED).count()
-        pending = TicketMessage.objects.filter(routing=Routing.PENDING).count()
-        if not waiting and not pending:
-            return
-        if time.monotonic() > end:
-            raise AssertionError(
-                f"after {timeout:.0f}s, {waiting} stored messages still unprocessed and "
-                f"{pending} customer lines unrouted"
-            )
-        time.sleep(0.05)
+        return (
+            InboundEmail.objects.filter(status=InboundStatus.RECEIVED).count(),
+            TicketMessage.objects.filter(routing=Routing.PENDING).count(),
+        )
+
+    until(
+        "every stored message processed and every customer line routed",
+        lambda: counts() == (0, 0),
+        timeout=timeout,
+        seen=lambda: "{} messages unprocessed, {} lines unrouted".format(*counts()),
+    )
 
 
 @pytest.fixture
