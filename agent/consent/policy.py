@@ -167,7 +167,7 @@ def policy_save(*, merchant: Merchant, user: Any, rules: Any, channel: str) -> A
     parsed = rules_parse(rules)
     with transaction.atomic():
         # The merchant's row orders versions (and is the lock policy decisions count under).
-        Merchant.objects.select_for_update().filter(pk=merchant.pk).exists()
+        Merchant.locked(merchant.pk)
         current = policy_current(merchant.pk)
         before = [r.as_json() for r in policy_rules(current)]
         after = [r.as_json() for r in parsed]

@@ -76,7 +76,7 @@ def ticket_create(
         person = key_person(key, "open tickets")
         with transaction.atomic():
             # The merchant's lock, as inbound mail takes it: one new customer per address.
-            merchant = Merchant.objects.select_for_update().get(pk=key.merchant_id)
+            merchant = Merchant.locked(key.merchant_id)
             customer = customer_for_address(
                 merchant=merchant, address=payload.customer_email, name=payload.customer_name
             )

@@ -86,7 +86,7 @@ def deliver(*, source: HelpdeskSource, webhook_id: str, data: Any) -> Delivered:
     external_id = _text(data, "external_id", 120)
     body = _text(data, "body", 20000)
     with transaction.atomic():
-        merchant = Merchant.objects.select_for_update().get(pk=source.merchant_id)
+        merchant = Merchant.locked(source.merchant_id)
         seen = HelpdeskDelivery.objects.filter(source=source, webhook_id=webhook_id).first()
         if seen is not None:
             return Delivered(seen.result, duplicate=True)

@@ -209,7 +209,7 @@ def ticket_reference_next(merchant: Merchant) -> str:
 @transaction.atomic
 def ticket_open(*, merchant: Merchant, customer: Customer, subject: str) -> Ticket:
     """A new open ticket for the customer, numbered after the merchant's last one."""
-    merchant = Merchant.objects.select_for_update().get(pk=merchant.pk)
+    merchant = Merchant.locked(merchant.pk)
     subject = " ".join(subject.split())[:SUBJECT_MAX_CHARS] or "(no subject)"
     return Ticket.objects.create(
         merchant=merchant,

@@ -195,7 +195,7 @@ def inbound_process(inbound_id: int) -> InboundEmail | None:
                 row.save()
             return row
         # The merchant's lock first, then the rows': every processor takes them in this order.
-        merchant = Merchant.objects.select_for_update().get(pk=merchant_id)
+        merchant = Merchant.locked(merchant_id)
         waiting = (
             InboundEmail.objects.select_for_update(of=("self",))
             .select_related("support_address")

@@ -8,9 +8,11 @@ import contextlib
 import datetime as dt
 import io
 import json
+import threading
 
 import pytest
 from django.core.management import call_command
+from django.db import connection, transaction
 from django.utils import timezone
 
 from agent.customer.intake import intake_sweep
@@ -181,3 +183,36 @@ def test_a_reply_whose_workflow_runs_first_is_still_threaded_after_the_message_i
     assert first.opened_ticket and not reply.opened_ticket
     assert reply.ticket_id == first.ticket_id
     assert intake_now(first).thread_message_id == first.thread_message_id  # done, once
+
+
+def test_storing_a_message_never_waits_for_the_merchant_lock_the_worker_threads_under(tseeded):
+    """The worker threads a batch under the merchant's lock; the receiver must not queue
+    behind it (every insert pointing at the merchant checks its key with FOR KEY SHARE)."""
+    northwind = Merchant.objects.get(slug="northwind")
+    held, release = threading.Event(), threading.Event()
+
+    def worker_holds_the_lock() -> None:
+        try:
+            with transaction.atomic():
+                Merchant.locked(northwind.pk)
+                held.set()
+                release.wait(timeout=60)
+        finally:
+            connection.close()
+
+    holder = threading.Thread(target=worker_holds_the_lock)
+    holder.start()
+    try:
+        assert held.wait(timeout=30)
+        with connection.cursor() as cur:
+            # The store fails with "canceling statement due to lock timeout" if it waits.
+            cur.execute("SET lock_timeout = '2s'")
+        try:
+            row = _store("<under-the-lock@example.org>")
+        finally:
+            with connection.cursor() as cur:
+                cur.execute("RESET lock_timeout")
+        assert InboundEmail.objects.filter(pk=row.pk, merchant=northwind).exists()
+    finally:
+        release.set()
+        holder.join(timeout=30)

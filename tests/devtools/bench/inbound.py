@@ -34,6 +34,9 @@ new customer, so each opens a ticket and a run. "Arrival" is the client sending 
   its messages on a thread / the last of its runs' first steps (the rows' own times);
 * ``burst_over_single_answer_p95``: what a burst does to the answer (target ≤ 2: the work
   is the worker's, so the receiver should answer a burst about as fast as one message).
+  The clients never pause, so with more of them than the machine has cores they queue at
+  the receiver's CPU (N clients on C cores wait about N/C answers), whatever the receiver
+  does: the target is read from no more clients than cores, the default.
 
 Intake is one message at a time per merchant (in arrival order), so a burst's first steps
 queue behind each other by design; the answer must not.
@@ -357,7 +360,7 @@ def measure(
     samples: int,
     burst: int,
     *,
-    clients: int = 20,
+    clients: int,
     server: dict[str, Any],
     dbname: str,
     progress: Progress,
