@@ -24,62 +24,45 @@ from collections.abc import Callable
 
 
 class Point(enum.StrEnum):
-    """Every crash point (a schedule writes ``point:target[:nth]``)."""
+    """Every crash point: the boundary it marks (target), and the sweep's schedules there."""
 
     BEFORE_STEP = "before_step"
-    """A durable step is about to run, the checkpoint before it written (target: the step's
-    name). Sweep: every step of nw1, nw3, lu2, nw1-payments (CI: ``lu2``'s
-    ``before_step:tool.issue_refund``); intake's ``before_step:mail.process``."""
+    """A step is about to run (its name). Every step of nw1/nw3/lu2; intake's mail.process."""
 
     AFTER_STEP = "after_step"
-    """A step committed its own writes and DBOS has not checkpointed its output (target: the
-    step's name). Sweep: every step of every case (CI: ``nw1``'s ``after_step:model:2``, the
-    customer's ``after_step:customer.park``, intake's ``after_step:customer.route``)."""
+    """A step committed, DBOS has not checkpointed it (its name). Every case's every step."""
 
     BEFORE_WAIT = "before_wait"
-    """Between the clock read a wait is derived from and the wait's own checkpoint (target:
-    the topic's kind, ``approval`` or ``customer``). Sweep: customer's
-    ``before_wait:customer``; ``tests/consent/test_expiry.py``."""
+    """The wait's clock read, its checkpoint not (``approval``/``customer``). The customer case."""
 
     BEFORE_TOOL = "before_tool"
-    """A tool's handler is about to run, inside its transaction (target: the tool). No sweep:
-    ``tests/durability/test_cancel.py`` holds a refund there while a cancel waits."""
+    """A tool's handler is about to run in its transaction (the tool). ``test_cancel`` holds it."""
 
     AFTER_EFFECT = "after_effect"
-    """An irreversible effect is written and its step not yet committed (in-database), or made
-    and recorded and its step row not yet written (another system). Sweep: every irreversible
-    tool of nw1, lu2, nw1-payments (CI: ``nw1``'s ``after_effect:issue_refund``)."""
+    """An irreversible effect made, its step not committed (the tool). nw1, lu2, nw1-payments."""
 
     AFTER_CLAIM = "after_claim"
-    """An effect in another system: its pending claim committed, the other system not yet
-    called. Sweep: nw1-payments (CI: ``after_claim:issue_refund``)."""
+    """An external effect's pending claim committed, nothing sent (the tool). nw1-payments."""
 
     AFTER_PROVIDER = "after_provider"
-    """An effect in another system: made there, nothing here records it yet. Sweep:
-    nw1-payments (CI: ``after_provider:issue_refund``)."""
+    """The other system acted, nothing here records it (the tool). nw1-payments."""
 
     AFTER_COMMIT = "after_commit"
-    """Committed and not yet handed on: an irreversible effect's step, not checkpointed
-    (target: the tool; sweep: nw1, lu2, nw1-payments, CI ``lu2``'s
-    ``after_commit:send_customer_email``); a customer's line routed to a new run, the run not
-    yet enqueued (target ``customer.route``; intake, CI ``after_commit:customer.route:4``)."""
+    """Committed, not handed on: an effect's step (the tool; nw1, lu2) or a run opened for a
+    customer's line, not yet enqueued (``customer.route``; intake)."""
 
     AFTER_STORE = "after_store"
-    """A received message (target ``inbound``) or a help desk's line (``customer_line``)
-    committed, its workflow not yet enqueued. Sweep: intake's SMTP, Mailgun and help-desk
-    schedules (CI: ``after_store:inbound:5``, ``helpdesk/after_store:customer_line:2``)."""
+    """A message (``inbound``) or a help desk's line (``customer_line``) committed, its
+    workflow not enqueued. Intake's SMTP, Mailgun and help-desk schedules."""
 
     AFTER_ENQUEUE = "after_enqueue"
-    """A received message handed to its workflow, its sender not yet answered (target
-    ``inbound``). Sweep: intake's ``after_enqueue:inbound`` and ``mailgun/after_enqueue``."""
+    """A message handed to its workflow, its sender not answered (``inbound``). Intake."""
 
     BEFORE_SEND = "before_send"
-    """A notification claimed from the outbox, not yet sent (target: the transport). No
-    sweep: ``tests/consent/test_notifications.py`` kills a worker there."""
+    """A notification claimed, not sent (the transport). ``test_notifications`` kills here."""
 
     AFTER_SEND = "after_send"
-    """A notification accepted by its receiver, ``sent_at`` not yet committed: it is sent
-    again, with the same id. No sweep: ``tests/consent/test_notifications.py``."""
+    """A notification accepted, ``sent_at`` not committed (the transport). Likewise."""
 
 
 _hooks: dict[tuple[str, str], Callable[[], None]] = {}
