@@ -63,7 +63,7 @@ def approval_link(approval: Approval) -> str:
 
 def active_webhook(merchant_id: int) -> WebhookEndpoint | None:
     """The merchant's webhook, if one is active: asked by every approval and every run's end,
-    so through a statement built once (docs/benchmarks.md, "Cost per step")."""
+    so through a statement built once (LESSONS 56)."""
     return first_where(
         WebhookEndpoint, 't0."merchant_id" = %s AND t0."active"', (merchant_id,), order_by='t0."id"'
     )

@@ -28,7 +28,6 @@ import time
 import urllib.error
 import urllib.request
 import uuid
-from collections.abc import Callable
 
 from django.conf import settings
 from django.core.mail import EmailMessage
@@ -37,18 +36,13 @@ from django.utils import timezone
 from standardwebhooks import Webhook
 
 from approvals.notification_models import Notification, Transport, WebhookDelivery, WebhookEndpoint
+from deskhand import crashpoints
+from deskhand.crashpoints import Point
 from deskhand.retry import backoff
 
 log = logging.getLogger(__name__)
 
 WEBHOOK_TIMEOUT = 10.0
-
-
-Checkpoint = Callable[[str, str], None]
-
-
-def _nowhere(point: str, target: str) -> None:
-    return None
 
 
 def message_id(notification: Notification) -> str:
@@ -153,13 +147,11 @@ def _send(notification: Notification) -> str:
     return _send_webhook(notification)
 
 
-def outbox_send_one(
-    pk: uuid.UUID, *, now: dt.datetime, checkpoint: Checkpoint = _nowhere
-) -> bool | None:
+def outbox_send_one(pk: uuid.UUID, *, now: dt.datetime) -> bool | None:
     """Send one due row: ``True`` sent, ``False`` failed (retried later), ``None`` not due/claimed.
 
-    ``checkpoint(point, transport)`` is called at ``before_send`` and ``after_send`` (the
-    worker passes ``agent.run.faults.at``, where the SIGKILL tests install their crash points).
+    Crash points ``before_send`` and ``after_send`` (by transport) sit on either side of
+    the send (``deskhand.crashpoints``; the SIGKILL tests install them in a worker).
     """
     with transaction.atomic():
         row = (
@@ -169,7 +161,7 @@ def outbox_send_one(
         )
         if row is None:
             return None
-        checkpoint("before_send", row.transport)
+        crashpoints.at(Point.BEFORE_SEND, row.transport)
         try:
             with transaction.atomic():  # a savepoint: a crashing backend leaves the row usable
                 error = _send(row)
@@ -183,7 +175,7 @@ def outbox_send_one(
             log.warning("notification %s attempt %d failed: %s", row.pk, row.attempts, error)
             return False
         # Accepted by the receiver; a crash before this commit sends it again (same id).
-        checkpoint("after_send", row.transport)
+        crashpoints.at(Point.AFTER_SEND, row.transport)
         row.attempts += 1
         row.sent_at = timezone.now()
         row.last_error = ""
@@ -191,9 +183,7 @@ def outbox_send_one(
     return True
 
 
-def outbox_send_due(
-    *, now: dt.datetime | None = None, limit: int = 100, checkpoint: Checkpoint = _nowhere
-) -> dict[str, int]:
+def outbox_send_due(*, now: dt.datetime | None = None, limit: int = 100) -> dict[str, int]:
     """Send every notification due at ``now`` (oldest first); counts of sent and failed."""
     now = now or timezone.now()
     due = list(
@@ -203,7 +193,7 @@ def outbox_send_due(
     )
     counts = {"sent": 0, "failed": 0}
     for pk in due:
-        done = outbox_send_one(pk, now=now, checkpoint=checkpoint)
+        done = outbox_send_one(pk, now=now)
         if done is True:
             counts["sent"] += 1
         elif done is False:

@@ -40,6 +40,7 @@ from agent.run.bounds import day_start
 from agent.run.services import RunRefused, run_create
 from approvals.models import Channel
 from deskhand import crashpoints
+from deskhand.crashpoints import Point
 from deskhand.dbos import client as dbos_client
 from deskhand.desk.models import (
     AutoRuns,
@@ -173,7 +174,7 @@ def customer_line_route(line_id: int) -> Routed:
             line.save(update_fields=["routed_at", "routing", "routing_detail", "routed_run"])
     run_id = str(line.routed_run_id) if line.routed_run_id else None
     if line.routing == Routing.OPENED and run_id is not None:
-        crashpoints.at("after_commit", "customer.route")
+        crashpoints.at(Point.AFTER_COMMIT, "customer.route")
         # After the commit, and on every execution: a run left queued is handed to DBOS
         # (the same id is the same workflow). A failure raises, and the step is retried.
         queued = Run.objects.filter(pk=run_id, status=RunStatus.QUEUED)
@@ -189,7 +190,7 @@ def on_customer_wrote(sender: Any, message_id: int, **_: Any) -> None:
     Never raises into the channel that stored the line: a failure is logged, and the sweep
     enqueues the line's workflow after its grace period.
     """
-    crashpoints.at("after_store", "customer_line")  # committed, not yet handed on
+    crashpoints.at(Point.AFTER_STORE, "customer_line")  # committed, not yet handed on
     try:
         dbos_client.enqueue_line(message_id)
     except Exception:

@@ -35,6 +35,7 @@ from agent.tools import ToolError, args_hash, get_tool
 from agent.tools.execute import not_performed, tool_context
 from approvals.models import Approval, ApprovalStatus
 from deskhand import events
+from deskhand.crashpoints import Point
 from deskhand.desk.rows import first_where, row_by_pk
 
 
@@ -164,7 +165,7 @@ def execute_irreversible(
                     entry.result, entry.ok = str(exc), False
                 entry.result = storable(entry.result)
                 entry.save(update_fields=["result", "ok"])
-                faults.at("after_effect", name)
+                faults.at(Point.AFTER_EFFECT, name)
             text = with_change_note(entry.result, changed, approval)
             if pending is None:
                 log_effect_answer(
@@ -187,7 +188,7 @@ def execute_irreversible(
                     adapter=entry.adapter,
                 )
     if pending is not None:
-        faults.at("after_claim", name)  # committed; the other system is not yet called
+        faults.at(Point.AFTER_CLAIM, name)  # committed; the other system is not yet called
         return intents.settle(
             pending[0],
             run_id=run_id,
@@ -197,7 +198,7 @@ def execute_irreversible(
             may_send=pending[1],
             note=lambda result: with_change_note(result, changed, approval),
         )
-    faults.at("after_commit", name)
+    faults.at(Point.AFTER_COMMIT, name)
     return {"text": text, "ok": entry.ok, "replayed": False}
 
 

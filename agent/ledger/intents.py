@@ -48,6 +48,7 @@ from agent.tools import get_tool
 from agent.tools.registry import ToolContext, ToolDef, ToolError
 from deskhand import events
 from deskhand.apikeys.relay import relays_replies
+from deskhand.crashpoints import Point
 
 DATABASE = "database"
 ADAPTERS: dict[str, Adapter] = {
@@ -212,7 +213,7 @@ def settle(
         adapter = ADAPTERS[entry.adapter]
         sending = may_send and adapter.may_resend(entry)
         outcome = adapter.perform(entry) if sending else _find(adapter, entry)
-        faults.at("after_provider", name)  # the other system acted; nothing here says so yet
+        faults.at(Point.AFTER_PROVIDER, name)  # the other system acted; nothing here says so yet
         text, ok = _record(entry, adapter, outcome, run_id)
         text = note(text)
         if outcome.state != "unknown":
@@ -225,7 +226,7 @@ def settle(
                 seq=seq,
                 adapter=entry.adapter,
             )
-        faults.at("after_effect", name)
+        faults.at(Point.AFTER_EFFECT, name)
         log_effect_answer(
             run_id=run_id,
             seq=seq,
@@ -236,7 +237,7 @@ def settle(
             ok=ok,
             latency_ms=int((time.monotonic() - started) * 1000),
         )
-    faults.at("after_commit", name)
+    faults.at(Point.AFTER_COMMIT, name)
     return {"text": text, "ok": ok, "replayed": False}
 
 

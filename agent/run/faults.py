@@ -5,19 +5,10 @@ process it wants to break. There is no environment switch and no setting:
 nothing outside Python code can turn a fault on (``tests/integrity`` checks).
 
 **Crash points** — ``install(point, target, action)``; the product calls
-``at(point, target)`` at named places and the action runs there (usually
-``sigkill_self``). The places:
-
-- ``before_step`` / ``after_step`` — around every durable step, by step name
-  (``model``, ``tool.issue_refund``, ``gate.resume``…); ``after_step`` is the
-  window between a step's own commit and DBOS's checkpoint of its output.
-- ``before_tool`` — a tool's handler is about to run (inside its transaction).
-- ``after_effect`` / ``after_commit`` — an irreversible effect is written but
-  not committed / committed but not checkpointed.
-- ``before_model`` — the provider is about to be called.
-
-A worker subprocess installs crash points in its own launcher
-(``tests/devtools/crashworker.py``, the one crash worker).
+``at(point, target)`` at the places ``deskhand.crashpoints.Point`` names (the one list,
+each with the boundary it marks and the crash-sweep schedules that use it) and the action
+runs there (usually ``sigkill_self``). A worker subprocess installs crash points in its own
+launcher (``tests/devtools/crashworker.py``, the one crash worker).
 
 **Faults** — ``Fault`` values passed to ``injecting(...)``: what a tool or the
 model does instead of its normal thing. Kinds, and where they act:
@@ -52,6 +43,7 @@ from typing import Any
 from agent.providers.base import ModelReply
 from agent.tools.registry import ToolError
 from deskhand import crashpoints
+from deskhand.crashpoints import Point
 
 KINDS = ("error", "exception", "kill", "latency", "garbage", "hostile")
 _BEFORE = ("error", "exception", "kill", "latency")
@@ -175,7 +167,7 @@ def _before(target: str, run_id: str | None, error: Callable[[str], Exception]) 
 
 def before_tool(tool: str, run_id: str | None = None) -> None:
     """Called inside the tool's transaction, just before its handler."""
-    at("before_tool", tool)
+    crashpoints.at(Point.BEFORE_TOOL, tool)
     _before(tool, run_id, ToolError)
 
 
@@ -193,7 +185,6 @@ def after_tool(tool: str, run_id: str | None, text: str) -> str:
 
 def before_model(run_id: str | None = None) -> None:
     """Called just before the provider."""
-    at("before_model", MODEL)
     _before(MODEL, run_id, ModelUnavailable)
 
 

@@ -38,7 +38,6 @@ from agent.models import (
     WorkflowFindingKind,
 )
 from agent.replay.fork import OUTSIDE, run_of, workflow_adopt
-from agent.run import faults
 from agent.run.services import (
     run_amend_summary,
     run_cancel_confirm,
@@ -232,7 +231,7 @@ def notifications_sweep(now: dt.datetime) -> dict[str, int]:
     """
     try:
         warned = notify_expiring_due(now=now)
-        sent = outbox_send_due(now=now, checkpoint=faults.at)
+        sent = outbox_send_due(now=now)
     except Exception:
         log.exception("the notification sweep failed; the next pass retries")
         return {"expiry_warnings": 0, "notifications_sent": 0, "notifications_failed": 0}

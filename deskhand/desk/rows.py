@@ -2,7 +2,7 @@
 
 The agent's steps read the run (with its merchant or ticket) several times a run. Through a
 queryset, each read compiles its SQL again and walks ``select_related``'s machinery: about
-three quarters of such a read's CPU (docs/benchmarks.md, "Cost per step"). ``row_by_pk``
+three quarters of such a read's CPU (LESSONS 56). ``row_by_pk``
 builds the same SELECT once per model, related set and lock, from the models' metadata,
 and makes the instances as the ORM would — every field's own conversion from the database,
 the related rows cached on the instance as ``select_related`` caches them.

@@ -38,7 +38,7 @@ def _normal_reference(reference: str) -> str:
 
 # One ticket or order by its reference, as ``.filter(merchant_id=…, reference__iexact=…)
 # .first()`` reads it. The reads below go through statements built once (``rows``): they are
-# on every agent step that names a ticket or an order (docs/benchmarks.md, "Cost per step").
+# on every agent step that names a ticket or an order (LESSONS 56).
 _BY_REFERENCE = 't0."merchant_id" = %s AND UPPER(t0."reference"::text) = UPPER(%s)'
 _FIRST = 't0."id" ASC'
 
@@ -117,7 +117,7 @@ class RefundTotals:
 
 
 # One statement for the three sums every refund (and its pre-check) asks, where three
-# aggregates through the ORM compiled three queries (docs/benchmarks.md, "Cost per step").
+# aggregates through the ORM compiled three queries (LESSONS 56).
 _REFUND_TOTALS = """
 SELECT
   (SELECT COALESCE(SUM(amount_cents), 0) FROM desk_refund WHERE order_id = %s),

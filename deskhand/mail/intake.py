@@ -39,6 +39,7 @@ from django.utils import timezone
 from django.utils.crypto import salted_hmac
 
 from deskhand import crashpoints
+from deskhand.crashpoints import Point
 from deskhand.dbos import client as dbos_client
 from deskhand.desk.models import SupportAddress
 from deskhand.desk.thread import support_address_find
@@ -192,7 +193,7 @@ def inbound_received(
         envelope_recipients=envelope_recipients,
         verdicts=verdicts,
     )
-    crashpoints.at("after_store", "inbound")
+    crashpoints.at(Point.AFTER_STORE, "inbound")
     inbound_enqueue(row)
-    crashpoints.at("after_enqueue", "inbound")
+    crashpoints.at(Point.AFTER_ENQUEUE, "inbound")
     return row

@@ -12,9 +12,8 @@ wakes, reads the answer and replies. A real worker is SIGKILLed at one boundary:
 
 The same executor id restarts and the world must show the question claimed once, two
 replies sent (the question, then the answer), the answer read once and the waiting time
-handed back once. ``tests/customer/test_crashes.py`` runs the five under pytest's fixtures;
-this module runs them in the sweep (``manage.py crash_sweep --case customer``) and for CI
-(``tests/bounds/test_crash_sweep.py``).
+handed back once. The sweep (``manage.py crash_sweep --case customer``) and CI
+(``tests/durability/test_crash_sweep.py``) run all five through this module.
 """
 
 from __future__ import annotations

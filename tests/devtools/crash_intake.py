@@ -30,9 +30,8 @@ threaded, one line on a thread (a re-sent one too: the Message-ID dedupes it); e
 row is threaded, whoever was told; every help-desk delivery taken is one line, on its own
 ticket, the one its answer named; no line is left pending; every line opened exactly one
 run, the one named after it (``line_run_id``), and that run has started. ``manage.py
-crash_sweep --case intake`` runs every schedule; ``tests/bounds/test_crash_sweep.py`` runs
-three in CI and ``tests/mail/test_intake_crashes.py`` the help-desk ones and one of each
-web process's.
+crash_sweep --case intake`` runs every schedule; ``tests/durability/test_crash_sweep.py``
+runs the CI ones (``CI_MAIL``, ``CI_HELPDESK``, ``CI_WEB``).
 """
 
 from __future__ import annotations

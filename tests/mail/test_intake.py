@@ -1,6 +1,6 @@
 """The durable way in: what a receiver stores is processed by a workflow on a worker, a
 customer's line is routed once with its outcome written on it, and the sweep re-drives
-whatever a crash left waiting (the crash sweep itself: tests/mail/test_intake_crashes.py)."""
+whatever a crash left waiting (the crash sweep itself: tests/durability/test_crash_sweep.py)."""
 
 from __future__ import annotations
 

@@ -29,6 +29,7 @@ from django.db import close_old_connections
 
 from agent.customer.route import customer_line_route
 from deskhand import crashpoints
+from deskhand.crashpoints import Point
 from deskhand.dbos.engine.queues import queues_kicked_while_waiting
 from deskhand.dbos.names import CUSTOMER_LINE_WORKFLOW, INBOUND_WORKFLOW
 from deskhand.fleet.lease import guard
@@ -45,9 +46,9 @@ def _body[R](name: str, fn: Callable[[], R]) -> R:
     guard()
     close_old_connections()
     try:
-        crashpoints.at("before_step", name)
+        crashpoints.at(Point.BEFORE_STEP, name)
         result = fn()
-        crashpoints.at("after_step", name)
+        crashpoints.at(Point.AFTER_STEP, name)
         return result
     finally:
         close_old_connections()

@@ -43,6 +43,7 @@ from agent.run import faults
 from agent.run.lifecycle import run_fail
 from agent.run.turns import model_turn, turn
 from agent.runtime import RETRYABLE_STEPS, StepName, current_step_id
+from deskhand.crashpoints import Point
 from deskhand.dbos.engine.queues import kick_queues, model_queue, queues_kicked_while_waiting
 from deskhand.dbos.names import LIMITED_CALL_WORKFLOW, RUN_WORKFLOW, limited_reply_topic
 from deskhand.fleet.lease import guard
@@ -67,10 +68,10 @@ def _in_thread[R](name: str, fn: Callable[..., R], *args: Any, function_id: int 
     # step (a test's main thread), which must not inherit this step's id.
     token = current_step_id.set(function_id if function_id is not None else DBOS.step_id)
     try:
-        faults.at("before_step", name)
+        faults.at(Point.BEFORE_STEP, name)
         result = fn(*args)
         # Between the step's own commit and DBOS's checkpoint of its output.
-        faults.at("after_step", name)
+        faults.at(Point.AFTER_STEP, name)
         return result
     finally:
         current_step_id.reset(token)
@@ -210,7 +211,7 @@ class DBOSRuntime:
         timeout = (until - dt.datetime.now(dt.UTC)).total_seconds()
         # A crash here falls between the clock read the wait was derived from and the wait's
         # own checkpoint (tests/consent/test_expiry.py).
-        faults.at("before_wait", topic.split(":", 1)[0])
+        faults.at(Point.BEFORE_WAIT, topic.split(":", 1)[0])
         return await DBOS.recv_async(topic, timeout_seconds=max(0.0, timeout))
 
     async def drain(self, topic: str) -> list[Any]:

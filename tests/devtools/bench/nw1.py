@@ -7,7 +7,7 @@ N answers a history holding N assistant messages.
 
 ``memory_runs`` drives it on ``MemoryRuntime`` (no durability) with the approval decided
 the moment the gate waits; ``breakdown`` counts each step's CPU, statements and
-transactions (docs/benchmarks.md, "Cost per step").
+transactions (docs/benchmarks.md, `--loop`).
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 Every statement's client CPU (Django's cursor through psycopg) and every queryset's compile
 (``SQLCompiler.as_sql``) is charged to the first two frames of product code on the stack, on
 the thread that ran it (``time.thread_time``), over a few runs on ``MemoryRuntime``. It is
-how the third pass of issue 30 found its targets (docs/benchmarks.md, "Cost per step"): a
+how the third pass of issue 30 found its targets (docs/benchmarks.md, `--loop`): a
 line with compile CPU builds the same SQL every run; a line with many statements asks
 questions another statement could answer. Development only: it patches two Django methods
 for the duration and puts them back.

@@ -9,8 +9,9 @@ ticket stored and ``POST /api/v1/runs`` → first step, direct vs queued through
 parked runs at several counts (with ``--customers``, first the same counts parked on a
 customer's answer, then on approvals); then real worker processes measure one and two workers' throughput, SIGKILL to resume and takeover.
 It prints figures beside the floor, never pass/fail; ``--json`` makes the last line one
-JSON object; ``--write-docs`` rewrites docs/benchmarks.md and its chart, and without it
-nothing in the tree is touched. Definitions: docs/benchmarks.md.
+JSON object; ``--write-docs`` rewrites the default run's section of docs/benchmarks.md and
+its chart (``tests/devtools/bench/report.py``), and without it nothing in the tree is
+touched. Definitions, commands and the latest values: docs/benchmarks.md.
 """
 
 from __future__ import annotations
@@ -74,7 +75,7 @@ class Command(DeskhandCommand):
         parser.add_argument(
             "--write-docs",
             action="store_true",
-            help="rewrite docs/benchmarks.md and its chart from this run",
+            help="rewrite the default run's section of docs/benchmarks.md and its chart from this run",
         )
         parser.add_argument(
             "--parked", default=None, metavar="N,N", help="parked-run counts to measure at"
