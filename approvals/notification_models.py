@@ -17,6 +17,8 @@ class NotificationEvent(models.TextChoices):
     EXPIRING = "approval.expiring"
     # A run ended (any terminal status): webhook only, for a chat bot or a help desk.
     RUN_FINISHED = "run.finished"
+    # An invitation to a merchant's team: email only, to the invited address.
+    INVITED = "team.invited"
 
 
 class Transport(models.TextChoices):
@@ -48,6 +50,15 @@ class Notification(models.Model):
     run = models.ForeignKey(
         "agent.Run", null=True, blank=True, on_delete=models.CASCADE, related_name="notifications"
     )
+    # ``team.invited``: the invitation. Its link is in ``payload["link"]`` until the mail is
+    # sent and then scrubbed (``approvals.outbox``): the token is kept nowhere else in clear.
+    invitation = models.ForeignKey(
+        "desk.Invitation",
+        null=True,
+        blank=True,
+        on_delete=models.CASCADE,
+        related_name="notifications",
+    )
     event = models.CharField(max_length=24, choices=NotificationEvent.choices)
     transport = models.CharField(max_length=8, choices=Transport.choices)
     # An email address, or the webhook URL as configured when the event happened.
@@ -73,7 +84,9 @@ class Notification(models.Model):
                 name="one_run_notification_per_event_and_recipient",
             ),
             models.CheckConstraint(
-                condition=models.Q(approval__isnull=False) | models.Q(run__isnull=False),
+                condition=models.Q(approval__isnull=False)
+                | models.Q(run__isnull=False)
+                | models.Q(invitation__isnull=False),
                 name="notification_is_about_something",
             ),
         ]

@@ -85,9 +85,11 @@ def webhook_body(notification: Notification) -> bytes:
 
 
 def _send_email(notification: Notification) -> None:
+    # An invitation's link waits in the payload (scrubbed once sent), not in the body.
+    body = notification.body.replace("{link}", str(notification.payload.get("link", "")))
     EmailMessage(
         subject=notification.subject,
-        body=notification.body,
+        body=body,
         to=[notification.recipient],
         headers={"Message-ID": message_id(notification)},
     ).send(fail_silently=False)
@@ -179,7 +181,11 @@ def outbox_send_one(pk: uuid.UUID, *, now: dt.datetime) -> bool | None:
         row.attempts += 1
         row.sent_at = timezone.now()
         row.last_error = ""
-        row.save(update_fields=["attempts", "sent_at", "last_error"])
+        fields = ["attempts", "sent_at", "last_error"]
+        if "link" in row.payload:  # an invitation's token: kept in clear only until sent
+            row.payload = {k: v for k, v in row.payload.items() if k != "link"}
+            fields.append("payload")
+        row.save(update_fields=fields)
     return True
 
 

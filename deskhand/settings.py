@@ -152,7 +152,13 @@ DATABASES["default"]["ENGINE"] = (
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 AUTH_PASSWORD_VALIDATORS = [
-    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+    {"NAME": f"django.contrib.auth.password_validation.{name}"}
+    for name in (
+        "UserAttributeSimilarityValidator",
+        "MinimumLengthValidator",
+        "CommonPasswordValidator",
+        "NumericPasswordValidator",
+    )
 ]
 LOGIN_URL = "/accounts/login/"
 LOGIN_REDIRECT_URL = "/"
@@ -231,6 +237,8 @@ ANTHROPIC_RETRY = {
 # backend in the demo; smtp with EMAIL_HOST/EMAIL_PORT in production).
 DESKHAND_CONSOLE_URL = os.environ.get("DESKHAND_CONSOLE_URL", "http://localhost:8000")
 DESKHAND_MESSAGE_ID_DOMAIN = os.environ.get("DESKHAND_MESSAGE_ID_DOMAIN", "deskhand.local")
+# How long an invitation to a merchant's team stays good (a resend starts it again).
+DESKHAND_INVITATION_DAYS = env_int("DESKHAND_INVITATION_DAYS", 7)
 DESKHAND_APPROVAL_EXPIRY_WARNING_SECONDS = env_int(
     "DESKHAND_APPROVAL_EXPIRY_WARNING_SECONDS", 30 * 60
 )

@@ -20,6 +20,7 @@ from django.urls import include, path, re_path
 from django.views.decorators.http import require_http_methods, require_safe
 
 from deskhand.api.urls import unknown as api_unknown
+from deskhand.console import team_views
 from deskhand.console.auth import login_view
 from deskhand.console.health import healthz
 from deskhand.edge.throttle import throttled
@@ -41,6 +42,8 @@ urlpatterns = [
     path("healthz", healthz, name="healthz"),
     path("accounts/login/", login_view, name="login"),
     path("accounts/logout/", LogoutView.as_view(), name="logout"),
+    # An invitation's link (approvals.team): public, the token is the credential.
+    path("invitations/<str:token>/", team_views.invitation, name="invitation"),
     # The admin's own sign-in, behind the same shared throttle as the console's.
     path(
         "admin/login/", require_http_methods(["GET", "HEAD", "POST"])(throttled(admin.site.login))

@@ -296,3 +296,9 @@ _.before_call  # schemathesis calls its hooks by name (tests/api/schemathesis_ho
 _.retries_allowed  # deskhand.retry.StepRetry: the keys of dbos.StepOptions / @DBOS.step
 _.interval_seconds
 _.backoff_rate
+
+# --- a store of one's own (issue 38): fields Django and the admin read by name ---------------
+_.first_name  # django.contrib.auth's User: get_full_name reads them
+_.last_name
+_.invited_by  # Invitation: who invited and who accepted, for the audit desk (the admin)
+_.accepted_by

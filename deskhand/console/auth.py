@@ -9,13 +9,15 @@ within 15 minutes lock that pair for 15 minutes: the next attempt is answered
 
 from __future__ import annotations
 
+from typing import Any
+
 from django import forms
 from django.contrib.auth.forms import AuthenticationForm
 from django.contrib.auth.views import LoginView
 from django.urls import reverse
 from django.views.decorators.http import require_http_methods
 
-from deskhand.desk.models import Membership
+from deskhand.desk.models import Membership, Merchant
 from deskhand.edge.throttle import throttled
 
 
@@ -35,6 +37,12 @@ class ConsoleLoginView(LoginView):
     form_class = EmailAuthenticationForm
     template_name = "registration/login.html"
     redirect_authenticated_user = True
+
+    def get_context_data(self, **kwargs: Any) -> dict[str, Any]:
+        """On a fresh deployment (no merchant), the sign-in page says how to make one."""
+        context = super().get_context_data(**kwargs)
+        context["no_merchant"] = not Merchant.objects.exists()
+        return context
 
     def get_default_redirect_url(self) -> str:
         """Merchant people land on the console; a staff auditor with no merchant on the audit desk."""

@@ -4,7 +4,15 @@ from __future__ import annotations
 
 from django.urls import path
 
-from deskhand.console import approval_views, keys_views, replay_views, search_views, sse, views
+from deskhand.console import (
+    approval_views,
+    keys_views,
+    replay_views,
+    search_views,
+    sse,
+    team_views,
+    views,
+)
 
 app_name = "console"
 
@@ -41,4 +49,20 @@ urlpatterns = [
     path("merchant/", views.merchant, name="merchant"),
     path("merchant/keys/", keys_views.keys, name="keys"),
     path("merchant/keys/<str:prefix>/revoke", keys_views.key_revoke_view, name="key_revoke"),
+    path("merchant/team/", team_views.team, name="team"),
+    path(
+        "merchant/team/invitations/<int:pk>/resend",
+        team_views.invitation_resend_view,
+        name="invitation_resend",
+    ),
+    path(
+        "merchant/team/invitations/<int:pk>/revoke",
+        team_views.invitation_revoke_view,
+        name="invitation_revoke",
+    ),
+    path("merchant/team/members/<int:pk>/role", team_views.member_role_view, name="member_role"),
+    path(
+        "merchant/team/members/<int:pk>/remove", team_views.member_remove_view, name="member_remove"
+    ),
+    path("merchant/switch", team_views.merchant_switch, name="merchant_switch"),
 ]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from django.contrib import admin
+from django.utils import timezone
 
 from deskhand.desk.audit_admin import (
     AuditAdmin,
@@ -15,6 +16,7 @@ from deskhand.desk.audit_admin import (
 )
 from deskhand.desk.models import (
     Customer,
+    Invitation,
     KbArticle,
     Membership,
     Merchant,
@@ -79,6 +81,25 @@ class MembershipAdmin(AuditAdmin):
 
     search_fields = ("user__email",)
     list_select_related = ("user", "merchant")
+
+
+@admin.register(Invitation)
+class InvitationAdmin(AuditAdmin):
+    """Who was offered which role, by whom, and what became of it (the token is never here)."""
+
+    list_display = ("email", "merchant", "role", "invited_by_name", "sent_at", "state")
+    list_filter = ("merchant", "role")
+    search_fields = ("email",)
+    exclude = ("token_hash",)
+    list_select_related = ("merchant",)
+
+    @admin.display(description="state")
+    def state(self, obj: Invitation) -> str:
+        if obj.accepted_at:
+            return f"accepted {obj.accepted_at:%Y-%m-%d %H:%M}"
+        if obj.revoked_at:
+            return f"withdrawn {obj.revoked_at:%Y-%m-%d %H:%M}"
+        return "expired" if timezone.now() >= obj.expires_at else "waiting"
 
 
 @admin.register(Customer)

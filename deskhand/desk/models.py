@@ -10,6 +10,8 @@ would import each other.
 
 from __future__ import annotations
 
+import datetime as dt
+
 from django.conf import settings
 from django.contrib.postgres.fields import ArrayField
 from django.contrib.postgres.indexes import GinIndex
@@ -174,6 +176,58 @@ class Membership(models.Model):
     def role_article(self) -> str:
         """The role with its article, for sentences: "an agent", "a viewer"."""
         return f"{'an' if self.role[0] in 'aeiou' else 'a'} {self.role}"
+
+
+class Invitation(models.Model):
+    """An owner's (or the operator's) offer of a role at the merchant to one email address.
+
+    The link's token is random (256 bits) and only its sha256 is kept here (``token_hash``):
+    someone who reads the database cannot accept an invitation. It is single use
+    (``accepted_at``), expires (``expires_at``, ``DESKHAND_INVITATION_DAYS``), can be
+    revoked (``revoked_at``), and a resend gives it a new token — the old link stops working.
+    ``approvals.team`` is what issues, sends and accepts them.
+    """
+
+    merchant = models.ForeignKey(Merchant, on_delete=models.CASCADE, related_name="invitations")
+    email = models.EmailField(max_length=254)  # lower case
+    role = models.CharField(max_length=10, choices=Role.choices)
+    token_hash = models.CharField(max_length=64, unique=True)
+    # Who invited: a member, or nobody (the deployment's operator, ``manage.py merchant``).
+    invited_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    invited_by_name = models.CharField(max_length=200, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    sent_at = models.DateTimeField()
+    expires_at = models.DateTimeField()
+    accepted_at = models.DateTimeField(null=True, blank=True)
+    accepted_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    revoked_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                "merchant",
+                Lower("email"),
+                condition=Q(accepted_at__isnull=True, revoked_at__isnull=True),
+                name="one_open_invitation_per_address",
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.email} → {self.merchant.slug} ({self.role})"
+
+    def refusal(self, now: dt.datetime) -> str:
+        """Why this invitation can no longer be accepted, or "" while it can."""
+        if self.accepted_at is not None:
+            return "This invitation has already been accepted."
+        if self.revoked_at is not None:
+            return "This invitation was withdrawn. Ask the merchant's owner for a new one."
+        if now >= self.expires_at:
+            return "This invitation has expired. Ask the merchant's owner to send it again."
+        return ""
 
 
 class Customer(models.Model):
