@@ -302,3 +302,10 @@ _.first_name  # django.contrib.auth's User: get_full_name reads them
 _.last_name
 _.invited_by  # Invitation: who invited and who accepted, for the audit desk (the admin)
 _.accepted_by
+_.clean_timezone  # MerchantSettingsForm: Form.clean_<field>, called by Django
+_.clean_run_refund_ceiling
+_.clean_daily_refund_ceiling
+_.clean_ticket_prefix
+_.approval_ttl_hours  # MerchantSettingsForm fields, declared for Django's form metaclass
+_.approval_sla_hours
+_.reply_window_hours

@@ -4,14 +4,15 @@ from __future__ import annotations
 
 import re
 import uuid
+import zoneinfo
 from typing import Any
 
 from django import forms
 
 from agent.models import RunStatus, StopReason
 from deskhand.console import words
-from deskhand.desk.models import Priority, TicketStatus
-from deskhand.desk.money import AmountRefused, parse_amount
+from deskhand.desk.models import AutoRuns, Merchant, Priority, TicketStatus
+from deskhand.desk.money import AmountRefused, format_cents, parse_amount
 
 REASON_MAX = 500  # approvals.services refuses longer reasons; catch it as bad input first
 NOTE_MAX = 4000
@@ -187,3 +188,134 @@ def first_error(form: forms.Form) -> str:
         label = "form" if field == "__all__" else field.replace("_", " ")
         return f"{label}: {errors[0]}"
     return "the form is not valid"
+
+
+HOUR = 3600
+
+
+class MerchantSettingsForm(forms.Form):
+    """The owner's settings (``approvals.merchant_settings.OWNER_FIELDS``), in people's units.
+
+    Money is typed in dollars (``parse_amount``: no float), durations in hours; ``values``
+    turns a valid form into the model's units. Each field's help says what a change does,
+    to runs already going too.
+    """
+
+    timezone = forms.CharField(
+        max_length=64,
+        help_text="The store's time zone: the day the daily caps count, the times pages show.",
+    )
+    approval_ttl_hours = forms.IntegerField(
+        min_value=1,
+        max_value=24 * 30,
+        help_text="How long a request for approval waits for a person before it expires"
+        " (hours). Requests already waiting keep the expiry they were given.",
+    )
+    approval_sla_hours = forms.IntegerField(
+        min_value=1,
+        max_value=24 * 30,
+        help_text="After how long a waiting approval is escalated to every owner (hours).",
+    )
+    run_refund_ceiling = forms.CharField(
+        max_length=20,
+        help_text="The most one run may refund, in dollars. A run keeps the ceiling it started"
+        " with; new runs use this.",
+    )
+    daily_refund_ceiling = forms.CharField(
+        max_length=20,
+        help_text="The most the agent may refund in one day across all runs, in dollars."
+        " Counted live: it holds for runs already going.",
+    )
+    auto_runs = forms.ChoiceField(
+        choices=AutoRuns.choices,
+        help_text="When a customer's message starts a run without a person.",
+    )
+    reply_window_hours = forms.IntegerField(
+        min_value=1,
+        max_value=24 * 30,
+        help_text="How long a run waits for the customer's answer before it ends (hours)."
+        " Runs already waiting keep their window.",
+    )
+    reply_reminder = forms.BooleanField(
+        required=False,
+        help_text="Remind the customer once, halfway through the window.",
+    )
+    max_customer_messages_per_day = forms.IntegerField(
+        min_value=1,
+        max_value=50,
+        help_text="The most messages the agent sends one customer on one ticket in a day"
+        " (two bots must never loop).",
+    )
+    ticket_prefix = forms.CharField(
+        max_length=8,
+        required=False,
+        help_text="New tickets are numbered <prefix>-<n>; empty: the slug's first letters."
+        " Tickets already numbered keep their number.",
+    )
+
+    @classmethod
+    def for_merchant(cls, merchant: Merchant) -> MerchantSettingsForm:
+        return cls(
+            initial={
+                "timezone": merchant.timezone,
+                "approval_ttl_hours": merchant.approval_ttl_seconds // HOUR,
+                "approval_sla_hours": merchant.approval_sla_seconds // HOUR,
+                "run_refund_ceiling": format_cents(merchant.run_refund_ceiling_cents),
+                "daily_refund_ceiling": format_cents(merchant.daily_refund_ceiling_cents),
+                "auto_runs": merchant.auto_runs,
+                "reply_window_hours": merchant.reply_window_seconds // HOUR,
+                "reply_reminder": merchant.reply_reminder,
+                "max_customer_messages_per_day": merchant.max_customer_messages_per_day,
+                "ticket_prefix": merchant.ticket_prefix,
+            }
+        )
+
+    def clean_timezone(self) -> str:
+        tz = str(self.cleaned_data["timezone"]).strip()
+        if tz not in zoneinfo.available_timezones():
+            raise forms.ValidationError(f"{tz[:64]!r} is not a time zone (like Europe/Paris).")
+        return tz
+
+    def _money(self, field: str) -> int:
+        try:
+            return parse_amount(self.cleaned_data[field])
+        except AmountRefused as exc:
+            raise forms.ValidationError(str(exc)) from None
+
+    def clean_run_refund_ceiling(self) -> int:
+        return self._money("run_refund_ceiling")
+
+    def clean_daily_refund_ceiling(self) -> int:
+        return self._money("daily_refund_ceiling")
+
+    def clean_ticket_prefix(self) -> str:
+        prefix = str(self.cleaned_data["ticket_prefix"]).strip().upper()
+        if prefix and not re.fullmatch(r"[A-Z0-9]{1,8}", prefix):
+            raise forms.ValidationError("Letters and digits only, at most 8 (like NW).")
+        return prefix
+
+    def clean(self) -> dict[str, Any]:
+        data = super().clean() or {}
+        run, day = data.get("run_refund_ceiling"), data.get("daily_refund_ceiling")
+        if isinstance(run, int) and isinstance(day, int) and run > day:
+            self.add_error("run_refund_ceiling", "A run's ceiling cannot be above the day's.")
+        ttl, sla = data.get("approval_ttl_hours"), data.get("approval_sla_hours")
+        if isinstance(ttl, int) and isinstance(sla, int) and sla > ttl:
+            self.add_error("approval_sla_hours", "Escalation must come before the request expires.")
+        return data
+
+    def values(self) -> dict[str, Any]:
+        """The model's values, in its units (call once the form is valid)."""
+        d = self.cleaned_data
+        return {
+            "timezone": d["timezone"],
+            "approval_ttl_seconds": d["approval_ttl_hours"] * HOUR,
+            "approval_sla_seconds": d["approval_sla_hours"] * HOUR,
+            "run_refund_ceiling_cents": d["run_refund_ceiling"],
+            "daily_refund_ceiling_cents": d["daily_refund_ceiling"],
+            "auto_runs": d["auto_runs"],
+            "reply_window_seconds": d["reply_window_hours"] * HOUR,
+            "reply_reminder": d["reply_reminder"],
+            "max_customer_messages_per_day": d["max_customer_messages_per_day"],
+            "ticket_prefix": d["ticket_prefix"],
+        }

@@ -9,6 +9,7 @@ from deskhand.console import (
     keys_views,
     replay_views,
     search_views,
+    settings_views,
     sse,
     team_views,
     views,
@@ -49,6 +50,7 @@ urlpatterns = [
     path("merchant/", views.merchant, name="merchant"),
     path("merchant/keys/", keys_views.keys, name="keys"),
     path("merchant/keys/<str:prefix>/revoke", keys_views.key_revoke_view, name="key_revoke"),
+    path("merchant/settings/", settings_views.merchant_settings, name="settings"),
     path("merchant/team/", team_views.team, name="team"),
     path(
         "merchant/team/invitations/<int:pk>/resend",

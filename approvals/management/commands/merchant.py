@@ -1,4 +1,6 @@
-"""``python manage.py merchant create --name … --slug … --owner <email> [--timezone …]``.
+"""``python manage.py merchant create --name … --slug … --owner <email> [--timezone …]``,
+``merchant list`` and ``merchant limits <slug> [--daily-spend-cap …] [--inbound-per-sender …]
+[--inbound-per-address …] [--retention-days …] [--refund-adapter …] [--mail-adapter …]``.
 
 The deployment's operator makes a merchant (the Django admin stays a read-only audit desk):
 one transaction makes the merchant and invites its first owner, whose invitation goes out
@@ -11,9 +13,14 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from approvals.merchant_settings import limits_change
 from approvals.team import TeamRefused, invitation_link, merchant_create
 from deskhand.cli import CliError, DeskhandCommand
-from deskhand.desk.models import Merchant
+from deskhand.desk.models import MailAdapter, Merchant, RefundAdapter
+from deskhand.desk.money import AmountRefused, parse_amount
+
+# A run's words are kept at least this long: long enough to look into a complaint about it.
+RETENTION_FLOOR_DAYS = 7
 
 
 class Command(DeskhandCommand):
@@ -30,10 +37,22 @@ class Command(DeskhandCommand):
         create.add_argument("--json", action="store_true")
         listing = sub.add_parser("list", help="every merchant, with its members and addresses")
         listing.add_argument("--json", action="store_true")
+        limits = sub.add_parser("limits", help="the operator's limits of one merchant")
+        limits.add_argument("slug")
+        limits.add_argument("--daily-spend-cap", metavar="DOLLARS", help="model spend per day")
+        limits.add_argument("--inbound-per-sender", type=int, metavar="N", help="mails an hour")
+        limits.add_argument("--inbound-per-address", type=int, metavar="N", help="mails an hour")
+        limits.add_argument("--retention-days", type=int, metavar="N", help="a run's words kept")
+        limits.add_argument("--refund-adapter", choices=RefundAdapter.values)
+        limits.add_argument("--mail-adapter", choices=MailAdapter.values)
+        limits.add_argument("--json", action="store_true")
 
     def handle(self, *args: Any, **opts: Any) -> None:
         if opts["action"] == "list":
             self._list(opts["json"])
+            return
+        if opts["action"] == "limits":
+            self._limits(opts)
             return
         try:
             invitation = merchant_create(
@@ -50,6 +69,36 @@ class Command(DeskhandCommand):
             f"{merchant.name} ({merchant.slug}) is created. {invitation.email} is invited as its"
             f" owner: the worker mails the link (see {invitation_link('…').rsplit('/', 2)[0]}/…)."
         )
+
+    def _limits(self, opts: dict[str, Any]) -> None:
+        merchant = Merchant.objects.filter(slug=opts["slug"]).first()
+        if merchant is None:
+            raise CliError(f"no merchant with the slug {opts['slug']!r}.", code="not_found")
+        values: dict[str, Any] = {}
+        if opts["daily_spend_cap"] is not None:
+            try:
+                values["daily_spend_cap_micros"] = parse_amount(opts["daily_spend_cap"]) * 10_000
+            except AmountRefused as exc:
+                raise CliError(f"--daily-spend-cap: {exc}", code="usage") from None
+        for option, field, low in (
+            ("inbound_per_sender", "inbound_per_sender_per_hour", 1),
+            ("inbound_per_address", "inbound_per_address_per_hour", 1),
+            ("retention_days", "retention_days", RETENTION_FLOOR_DAYS),
+        ):
+            if opts[option] is not None:
+                if opts[option] < low:
+                    flag = "--" + option.replace("_", "-")
+                    raise CliError(f"{flag} must be at least {low}.", code="usage")
+                values[field] = opts[option]
+        for option in ("refund_adapter", "mail_adapter"):
+            if opts[option] is not None:
+                values[option] = opts[option]
+        changed = limits_change(merchant=merchant, values=values)
+        if opts["json"]:
+            self.stdout.write(json.dumps({"merchant": merchant.slug, "changed": changed}))
+            return
+        said = "; ".join(f"{k}: {a} → {b}" for k, (a, b) in changed.items()) or "nothing changed"
+        self.stdout.write(f"{merchant.name}: {said}.")
 
     def _list(self, as_json: bool) -> None:
         rows: list[dict[str, Any]] = [
