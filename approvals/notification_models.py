@@ -19,6 +19,8 @@ class NotificationEvent(models.TextChoices):
     RUN_FINISHED = "run.finished"
     # An invitation to a merchant's team: email only, to the invited address.
     INVITED = "team.invited"
+    # A support address's routing check: email only, to the address itself.
+    ADDRESS_CHECK = "address.check"
 
 
 class Transport(models.TextChoices):
@@ -50,10 +52,18 @@ class Notification(models.Model):
     run = models.ForeignKey(
         "agent.Run", null=True, blank=True, on_delete=models.CASCADE, related_name="notifications"
     )
-    # ``team.invited``: the invitation. Its link is in ``payload["link"]`` until the mail is
-    # sent and then scrubbed (``approvals.outbox``): the token is kept nowhere else in clear.
+    # ``team.invited``: the invitation; ``address.check``: the routing check. Their one-time
+    # secret is in ``payload["secret"]`` (the body says ``{secret}``) until the mail is sent,
+    # then scrubbed (``approvals.outbox``): the token is kept nowhere else in clear.
     invitation = models.ForeignKey(
         "desk.Invitation",
+        null=True,
+        blank=True,
+        on_delete=models.CASCADE,
+        related_name="notifications",
+    )
+    address_check = models.ForeignKey(
+        "desk.AddressCheck",
         null=True,
         blank=True,
         on_delete=models.CASCADE,
@@ -86,7 +96,8 @@ class Notification(models.Model):
             models.CheckConstraint(
                 condition=models.Q(approval__isnull=False)
                 | models.Q(run__isnull=False)
-                | models.Q(invitation__isnull=False),
+                | models.Q(invitation__isnull=False)
+                | models.Q(address_check__isnull=False),
                 name="notification_is_about_something",
             ),
         ]
