@@ -98,7 +98,11 @@ def _send_email(notification: Notification) -> None:
 
 def _send_webhook(notification: Notification) -> str:
     """POST it; log the attempt; return the error ("" when the receiver took it)."""
-    hook = WebhookEndpoint.objects.filter(merchant_id=notification.merchant_id).first()
+    hook = (
+        WebhookEndpoint.objects.filter(merchant_id=notification.merchant_id).first()
+        if notification.merchant_id is not None
+        else None
+    )
     if hook is None or not hook.active:
         return "the merchant's webhook was removed or switched off"
     body = webhook_body(notification)
