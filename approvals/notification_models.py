@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import uuid
 
+from django.conf import settings
 from django.db import models
 
 
@@ -19,6 +20,22 @@ class NotificationEvent(models.TextChoices):
     RUN_FINISHED = "run.finished"
     # An invitation to a merchant's team: email only, to the invited address.
     INVITED = "team.invited"
+    # A support address's routing check: email only, to the address itself.
+    ADDRESS_CHECK = "address.check"
+    # A person asked to reset their password: email only, to their account's address.
+    PASSWORD_RESET = "account.password_reset"
+
+
+# The events a merchant's webhook receives (the API document's ``webhooks``); the others are
+# mail to one person about their own part (an invitation, an address check, a password).
+WEBHOOK_EVENTS = frozenset(
+    {
+        NotificationEvent.REQUESTED,
+        NotificationEvent.ESCALATED,
+        NotificationEvent.EXPIRING,
+        NotificationEvent.RUN_FINISHED,
+    }
+)
 
 
 class Transport(models.TextChoices):
@@ -36,8 +53,13 @@ class Notification(models.Model):
     """
 
     id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    # The merchant it is about; none for mail about a person's own account (a password reset).
     merchant = models.ForeignKey(
-        "desk.Merchant", on_delete=models.CASCADE, related_name="notifications"
+        "desk.Merchant",
+        null=True,
+        blank=True,
+        on_delete=models.CASCADE,
+        related_name="notifications",
     )
     # What the event is about: an approval, or (``run.finished``) a run.
     approval = models.ForeignKey(
@@ -50,10 +72,25 @@ class Notification(models.Model):
     run = models.ForeignKey(
         "agent.Run", null=True, blank=True, on_delete=models.CASCADE, related_name="notifications"
     )
-    # ``team.invited``: the invitation. Its link is in ``payload["link"]`` until the mail is
-    # sent and then scrubbed (``approvals.outbox``): the token is kept nowhere else in clear.
+    # ``team.invited``: the invitation; ``address.check``: the routing check. Their one-time
+    # secret is in ``payload["secret"]`` (the body says ``{secret}``) until the mail is sent,
+    # then scrubbed (``approvals.outbox``): the token is kept nowhere else in clear.
     invitation = models.ForeignKey(
         "desk.Invitation",
+        null=True,
+        blank=True,
+        on_delete=models.CASCADE,
+        related_name="notifications",
+    )
+    account = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        null=True,
+        blank=True,
+        on_delete=models.CASCADE,
+        related_name="account_notifications",
+    )
+    address_check = models.ForeignKey(
+        "desk.AddressCheck",
         null=True,
         blank=True,
         on_delete=models.CASCADE,
@@ -86,7 +123,9 @@ class Notification(models.Model):
             models.CheckConstraint(
                 condition=models.Q(approval__isnull=False)
                 | models.Q(run__isnull=False)
-                | models.Q(invitation__isnull=False),
+                | models.Q(invitation__isnull=False)
+                | models.Q(address_check__isnull=False)
+                | models.Q(account__isnull=False),
                 name="notification_is_about_something",
             ),
         ]

@@ -85,8 +85,9 @@ def webhook_body(notification: Notification) -> bytes:
 
 
 def _send_email(notification: Notification) -> None:
-    # An invitation's link waits in the payload (scrubbed once sent), not in the body.
-    body = notification.body.replace("{link}", str(notification.payload.get("link", "")))
+    # A one-time secret (an invitation's link, a routing check's token) waits in the payload,
+    # scrubbed once sent, never in the body.
+    body = notification.body.replace("{secret}", str(notification.payload.get("secret", "")))
     EmailMessage(
         subject=notification.subject,
         body=body,
@@ -97,7 +98,11 @@ def _send_email(notification: Notification) -> None:
 
 def _send_webhook(notification: Notification) -> str:
     """POST it; log the attempt; return the error ("" when the receiver took it)."""
-    hook = WebhookEndpoint.objects.filter(merchant_id=notification.merchant_id).first()
+    hook = (
+        WebhookEndpoint.objects.filter(merchant_id=notification.merchant_id).first()
+        if notification.merchant_id is not None
+        else None
+    )
     if hook is None or not hook.active:
         return "the merchant's webhook was removed or switched off"
     body = webhook_body(notification)
@@ -182,8 +187,8 @@ def outbox_send_one(pk: uuid.UUID, *, now: dt.datetime) -> bool | None:
         row.sent_at = timezone.now()
         row.last_error = ""
         fields = ["attempts", "sent_at", "last_error"]
-        if "link" in row.payload:  # an invitation's token: kept in clear only until sent
-            row.payload = {k: v for k, v in row.payload.items() if k != "link"}
+        if "secret" in row.payload:  # a one-time token: kept in clear only until sent
+            row.payload = {k: v for k, v in row.payload.items() if k != "secret"}
             fields.append("payload")
         row.save(update_fields=fields)
     return True

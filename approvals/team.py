@@ -176,11 +176,11 @@ def _mail(invitation: Invitation, token: str) -> Notification:
             f"{who} invites you to {merchant.name}'s support desk on Deskhand, as"
             f" {'an' if invitation.role[0] in 'aeiou' else 'a'} {invitation.role}.\n\n"
             "Open this link to accept (it works once, for "
-            f"{days} day{'s' if days != 1 else ''}):\n\n{{link}}\n\n"
+            f"{days} day{'s' if days != 1 else ''}):\n\n{{secret}}\n\n"
             "If you did not expect this, ignore this message: nothing happens unless you open"
             " the link.\n"
         ),
-        payload={"link": invitation_link(token)},
+        payload={"secret": invitation_link(token)},
         next_attempt_at=timezone.now(),
     )
 

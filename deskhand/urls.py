@@ -20,7 +20,7 @@ from django.urls import include, path, re_path
 from django.views.decorators.http import require_http_methods, require_safe
 
 from deskhand.api.urls import unknown as api_unknown
-from deskhand.console import team_views
+from deskhand.console import passwords, team_views
 from deskhand.console.auth import login_view
 from deskhand.console.health import healthz
 from deskhand.edge.throttle import throttled
@@ -42,6 +42,22 @@ urlpatterns = [
     path("healthz", healthz, name="healthz"),
     path("accounts/login/", login_view, name="login"),
     path("accounts/logout/", LogoutView.as_view(), name="logout"),
+    path("accounts/password/", passwords.password_change, name="password_change"),
+    path("accounts/password/done/", passwords.password_change_done, name="password_change_done"),
+    path("accounts/password/reset/", passwords.password_reset, name="password_reset"),
+    path(
+        "accounts/password/reset/sent/", passwords.password_reset_done, name="password_reset_done"
+    ),
+    path(
+        "accounts/password/reset/<uidb64>/<token>/",
+        passwords.password_reset_confirm,
+        name="password_reset_confirm",
+    ),
+    path(
+        "accounts/password/reset/done/",
+        passwords.password_reset_complete,
+        name="password_reset_complete",
+    ),
     # An invitation's link (approvals.team): public, the token is the credential.
     path("invitations/<str:token>/", team_views.invitation, name="invitation"),
     # The admin's own sign-in, behind the same shared throttle as the console's.

@@ -309,3 +309,5 @@ _.clean_ticket_prefix
 _.approval_ttl_hours  # MerchantSettingsForm fields, declared for Django's form metaclass
 _.approval_sla_hours
 _.reply_window_hours
+_.address_check  # Notification FK: the outbox row of a support address's routing check
+_.account  # Notification FK: mail about a person's own account (a password reset)

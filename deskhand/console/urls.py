@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from django.urls import path
+from django.urls import path, re_path
 
 from deskhand.console import (
+    addresses_views,
     approval_views,
     keys_views,
     replay_views,
@@ -51,6 +52,12 @@ urlpatterns = [
     path("merchant/keys/", keys_views.keys, name="keys"),
     path("merchant/keys/<str:prefix>/revoke", keys_views.key_revoke_view, name="key_revoke"),
     path("merchant/settings/", settings_views.merchant_settings, name="settings"),
+    path("merchant/addresses/", addresses_views.addresses, name="addresses"),
+    re_path(
+        r"^merchant/addresses/(?P<pk>[0-9]+)/(?P<action>check|primary|remove)$",
+        addresses_views.address_action,
+        name="address_action",
+    ),
     path("merchant/team/", team_views.team, name="team"),
     path(
         "merchant/team/invitations/<int:pk>/resend",

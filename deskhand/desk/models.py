@@ -125,6 +125,9 @@ class SupportAddress(models.Model):
     address = models.EmailField(max_length=254)
     primary = models.BooleanField(default=False)
     created_at = models.DateTimeField(auto_now_add=True)
+    # When a routing check came back through intake (``AddressCheck``). Until then mail to
+    # the address opens no ticket: it is held, so a typo or a half-set-up route is seen.
+    verified_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         verbose_name_plural = "support addresses"
@@ -139,6 +142,26 @@ class SupportAddress(models.Model):
 
     def __str__(self) -> str:
         return self.address
+
+
+class AddressCheck(models.Model):
+    """A routing check: a message with a one-time token sent to a support address.
+
+    It proves the mail server routes the address to Deskhand when it comes back in through
+    intake (``returned_at``); that verifies the address. Only the token's sha256 is kept.
+    The check message itself never becomes a ticket.
+    """
+
+    address = models.ForeignKey(SupportAddress, on_delete=models.CASCADE, related_name="checks")
+    token_hash = models.CharField(max_length=64, unique=True)
+    sent_at = models.DateTimeField(auto_now_add=True)
+    returned_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        indexes = [models.Index(fields=["address", "sent_at"])]
+
+    def __str__(self) -> str:
+        return f"check of {self.address} at {self.sent_at:%Y-%m-%d %H:%M}"
 
 
 class Role(models.TextChoices):

@@ -31,6 +31,7 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
+from deskhand.desk.addresses import routing_check_returned
 from deskhand.desk.models import Merchant, MessageChannel
 from deskhand.desk.thread import (
     address_parts,
@@ -207,12 +208,37 @@ def inbound_process(inbound_id: int) -> InboundEmail | None:
         return InboundEmail.objects.select_related("support_address").filter(pk=inbound_id).first()
 
 
+def _check_text(msg: EmailMessage) -> str:
+    try:
+        return parse.content(msg).text
+    except Exception:  # an unreadable body carries no check; the usual checks deal with it
+        return ""
+
+
 def _process_locked(row: InboundEmail, merchant: Merchant) -> None:
     """Process one waiting row; the caller holds the merchant's lock and the row's."""
     msg = parse.message_from_bytes(bytes(row.raw))
+    address = row.support_address
+    check = None if address is None else routing_check_returned(address, _check_text(msg))
     failure = parse.Verdicts(row.spf, row.dkim, row.dmarc).failure()
-    volume = None if failure else _over_volume(row, merchant)
-    if failure:
+    volume = None if failure or check else _over_volume(row, merchant)
+    if check is not None:
+        # Our own routing check, back through the merchant's mail server: never a ticket.
+        _hold(
+            row,
+            InboundStatus.IGNORED,
+            "routing_check",
+            f"The routing check of {address} came back: mail to it reaches Deskhand.",
+        )
+    elif address is not None and address.verified_at is None:
+        _hold(
+            row,
+            InboundStatus.QUARANTINED,
+            "address_unverified",
+            f"{address} has not passed its routing check: its mail opens no ticket until it"
+            " does (Merchant → Addresses). Held for a person.",
+        )
+    elif failure:
         _hold(
             row,
             InboundStatus.QUARANTINED,

@@ -453,7 +453,9 @@ def _seed_merchant(spec: MerchantSpec, now: dt.datetime) -> None:
         auto_runs=spec.auto_runs,
     )
     if spec.support_address:
-        SupportAddress.objects.create(merchant=merchant, address=spec.support_address, primary=True)
+        SupportAddress.objects.create(
+            merchant=merchant, address=spec.support_address, primary=True, verified_at=now
+        )
     for email, role in spec.people:
         Membership.objects.create(user=_user(email), merchant=merchant, role=role)
     if spec.reply_rule:

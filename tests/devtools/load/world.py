@@ -146,7 +146,9 @@ def _ask_merchant(k: int) -> Any:
     if merchant is not None:
         return merchant
     merchant = Merchant.objects.create(slug=slug, name=f"Bench Ask {k}", ticket_prefix=f"BA{k}")
-    SupportAddress.objects.create(merchant=merchant, address=f"support@{slug}.test", primary=True)
+    SupportAddress.objects.create(
+        merchant=merchant, address=f"support@{slug}.test", primary=True, verified_at=timezone.now()
+    )
     owner, _ = User.objects.get_or_create(
         username="owner@bench-ask.test", defaults={"email": "owner@bench-ask.test"}
     )
