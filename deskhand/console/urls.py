@@ -8,6 +8,7 @@ from deskhand.console import (
     addresses_views,
     approval_views,
     keys_views,
+    knowledge_views,
     replay_views,
     search_views,
     settings_views,
@@ -59,6 +60,13 @@ urlpatterns = [
         name="address_action",
     ),
     path("merchant/team/", team_views.team, name="team"),
+    path("knowledge/", knowledge_views.knowledge, name="knowledge"),
+    path("knowledge/<slug:slug>/", knowledge_views.article, name="article"),
+    path(
+        "knowledge/<slug:slug>/v<int:version>/",
+        knowledge_views.article_version,
+        name="article_version",
+    ),
     path(
         "merchant/team/invitations/<int:pk>/resend",
         team_views.invitation_resend_view,

@@ -583,10 +583,25 @@ class OutboundEmail(models.Model):
 
 
 class KbArticle(models.Model):
+    """A knowledge article the agent answers from: its current version, searchable.
+
+    ``title`` and ``body`` are the current version's, the body as plain text (what the agent
+    reads and search ranks); every version is kept in ``KbArticleVersion``, so a run that read
+    version 3 can be replayed with version 3 after the article moved on. ``published`` is
+    false for a draft: search never returns one. An imported article remembers where it came
+    from (``source``, ``external_id``): importing the same export again changes nothing.
+    """
+
     merchant = models.ForeignKey(Merchant, on_delete=models.CASCADE, related_name="kb_articles")
     slug = models.SlugField()
     title = models.CharField(max_length=200)
     body = models.TextField()
+    published = models.BooleanField(default=True, db_default=True)
+    version = models.PositiveIntegerField(default=1, db_default=1)
+    # "console", "markdown", "zendesk", "intercom" (or "seed"); the id there, "" for console.
+    source = models.CharField(max_length=16, default="console", db_default="console")
+    external_id = models.CharField(max_length=200, blank=True, default="", db_default="")
+    updated_at = models.DateTimeField(auto_now=True)
     search = models.GeneratedField(
         expression=SearchVector("title", weight="A", config="english")
         + SearchVector("body", weight="B", config="english"),
@@ -596,9 +611,37 @@ class KbArticle(models.Model):
 
     class Meta:
         constraints = [
-            models.UniqueConstraint(fields=["merchant", "slug"], name="kb_slug_per_merchant")
+            models.UniqueConstraint(fields=["merchant", "slug"], name="kb_slug_per_merchant"),
+            models.UniqueConstraint(
+                fields=["merchant", "source", "external_id"],
+                condition=~Q(external_id=""),
+                name="kb_one_article_per_import_id",
+            ),
         ]
         indexes = [GinIndex(fields=["search"], name="kb_search_gin")]
 
     def __str__(self) -> str:
         return self.title
+
+
+class KbArticleVersion(models.Model):
+    """One version of an article as written or imported (Markdown or HTML), never changed."""
+
+    article = models.ForeignKey(KbArticle, on_delete=models.CASCADE, related_name="versions")
+    version = models.PositiveIntegerField()
+    title = models.CharField(max_length=200)
+    source_text = models.TextField()  # as written: Markdown, or an export's HTML
+    source_format = models.CharField(max_length=8)  # "markdown" or "html"
+    body = models.TextField()  # the plain text the agent read
+    published = models.BooleanField()
+    content_hash = models.CharField(max_length=64)
+    created_at = models.DateTimeField(auto_now_add=True)
+    created_by_name = models.CharField(max_length=254, blank=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["article", "version"], name="kb_one_row_per_version")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.article.slug} v{self.version}"

@@ -172,7 +172,7 @@ def kb_search(*, merchant_id: int, query: str, limit: int = KB_RESULT_LIMIT) -> 
     tsquery = " | ".join(words)
     return rows_where(
         KbArticle,
-        f't0."merchant_id" = %s AND t0."search" @@ {_KB_MATCH}',
+        f't0."merchant_id" = %s AND t0."published" AND t0."search" @@ {_KB_MATCH}',
         (merchant_id, tsquery, tsquery),
         order_by=f'ts_rank(t0."search", {_KB_MATCH}) DESC, t0."slug"',
         limit=limit,

@@ -33,6 +33,7 @@ from agent.ledger.models import LedgerEntry
 from agent.models import Run
 from approvals.models import Approval, ApprovalPolicy, AuditEvent, StaffNote
 from deskhand.cli import DeskhandCommand
+from deskhand.desk.knowledge import Draft, article_save
 from deskhand.desk.models import (
     AutoRuns,
     Customer,
@@ -473,9 +474,13 @@ def _seed_merchant(spec: MerchantSpec, now: dt.datetime) -> None:
             created_by=_user(owner),
             created_by_name=owner,
         )
-    KbArticle.objects.bulk_create(
-        [KbArticle(merchant=merchant, slug=s, title=t, body=b) for s, t, b in spec.kb]
-    )
+    for slug, title, body in spec.kb:
+        article_save(
+            merchant=merchant,
+            draft=Draft(title, body, "markdown", slug=slug, external_id=slug),
+            by_name="seed",
+            source="seed",
+        )
     customers = {
         email: Customer.objects.create(merchant=merchant, name=name, email=email)
         for name, email in spec.customers
