@@ -158,7 +158,7 @@ class Run(models.Model):
     )
     fork_step = models.PositiveIntegerField(null=True, blank=True)
     # The prompt version its latest model call was sent (each model step's payload names its
-    # own); null for runs recorded before versions were kept, or with no model call yet.
+    # own); null on rows older than versions (agent.replay.compat), or with no model call yet.
     prompt_version = models.ForeignKey(
         PromptVersion,
         null=True,

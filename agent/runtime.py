@@ -2,8 +2,7 @@
 in-memory double for tests.
 
 The loop never imports DBOS. It asks this protocol for a few things — run a durable step
-(or a rate-limited one), sleep, wait for a message, drain pending messages, read the
-clock, take a patch — and ``deskhand/dbos/engine/workflow.py`` answers them with DBOS in
+(or a rate-limited one), sleep, wait for a message, take a patch — and ``deskhand/dbos/engine/workflow.py`` answers them with DBOS in
 production. In a unit test, ``MemoryRuntime`` answers them with a few lines of plain Python.
 """
 
@@ -14,6 +13,8 @@ import collections
 import contextvars
 import datetime as dt
 import enum
+import functools
+import typing
 from collections.abc import Callable
 from typing import Any, Protocol, TypeVar
 
@@ -31,22 +32,16 @@ class StepName(enum.StrEnum):
 
     BEGIN = "run.begin"
     MODEL = "model"
-    LEDGER_LOOKUP = "ledger.lookup"
     GATE_REQUEST = "gate.request"
-    GATE_READ = "gate.read"
     GATE_RESUME = "gate.resume"
-    CLOCK = "clock"
     # Waiting for the customer's answer to ask_customer (agent.customer.wait).
     CUSTOMER_PARK = "customer.park"
     CUSTOMER_READ = "customer.read"
     CUSTOMER_RESUME = "customer.resume"
-    # After the reminder went out (Patch.CUSTOMER_REMINDER): the run waits for the customer again.
+    # After the reminder went out: the run waits for the customer again.
     CUSTOMER_REPARK = "customer.repark"
     FINISH = "run.finish"
     FAIL = "run.fail"
-    # Recorded only by runs that went the older way through a turn (agent.run.legacy_turns).
-    BOUNDS_CHECK = "bounds.check"
-    NOTES_RECORD = "notes.record"
 
 
 TOOL_STEP_PREFIX = "tool."
@@ -60,10 +55,7 @@ def tool_step(tool: str) -> str:
 RETRYABLE_STEPS = frozenset(
     {
         StepName.BEGIN,
-        StepName.BOUNDS_CHECK,
         StepName.MODEL,
-        StepName.GATE_READ,
-        StepName.LEDGER_LOOKUP,
         StepName.CUSTOMER_READ,
     }
 )
@@ -79,21 +71,33 @@ which the step row then counts (attempts 2, both costs)."""
 class Patch(enum.StrEnum):
     """Where a run's step sequence changed, for runs already past that point (``Runtime.patch``).
 
-    Compatibility data like ``StepName``: a run recorded before a patch replays the older
-    sequence at that point. docs/deploys.md says how each is retired.
+    Compatibility data like ``StepName``. None since the 0.2.0 baseline, which retired every
+    older path: runs started before it finish on a worker of their own version
+    (docs/deploys.md, "A new baseline"). The next change to the step sequence adds its name here.
     """
 
-    ONE_STEP_TURNS = "one-step-turns"
-    # Implied by ONE_STEP_TURNS; asked only of runs that went the older way (legacy_turns).
-    FENCE_IN_OPENING_TURN = "fence-in-opening-turn"
-    UNKNOWN_STOP_REASON_ENDS_RUN = "unknown-stop-reason-ends-run"
-    MODEL_CALLS_RATE_LIMITED = "model-calls-rate-limited"
-    # The wait for the customer may send one reminder (Merchant.reply_reminder, agent.customer.wait).
-    CUSTOMER_REMINDER = "customer-reminder"
-    # The approval gate in two steps (the ledger's answer in the request; the read in the
-    # resume; no clock readings). Implies ONE_STEP_TURNS: asked first, and a run that
-    # records it records no other marker there.
-    TWO_STEP_GATE = "two-step-gate"
+
+def recorded[R](fn: Callable[..., R]) -> tuple[Callable[..., Any], Callable[[Any], R]]:
+    """``fn`` as a runtime records it, and how its recorded output is read back.
+
+    A step declared to return a type with ``to_json``/``from_json`` (``agent.steps``) is
+    checkpointed as that JSON, and read back as the type, fresh or replayed alike: the one
+    place a step's output crosses the checkpoint. Any other step's output is kept as it is.
+    """
+    kind = _output_type(fn)
+    if kind is None:
+        return fn, lambda out: out
+
+    def as_json(*args: Any) -> Any:
+        return fn(*args).to_json()  # type: ignore[attr-defined]
+
+    return as_json, kind.from_json
+
+
+@functools.cache
+def _output_type(fn: Callable[..., Any]) -> Any:
+    kind = typing.get_type_hints(fn).get("return") if hasattr(fn, "__annotations__") else None
+    return kind if isinstance(kind, type) and hasattr(kind, "from_json") else None
 
 
 class Runtime(Protocol):
@@ -124,14 +128,6 @@ class Runtime(Protocol):
         """
         ...
 
-    async def drain(self, topic: str) -> list[Any]:
-        """Take every message already pending on ``topic`` without waiting."""
-        ...
-
-    async def now(self) -> dt.datetime:
-        """The wall clock, read durably (replay sees the same instant)."""
-        ...
-
     async def patch(self, name: str) -> bool:
         """Whether this run takes the code path introduced under ``name`` (docs/deploys.md):
         False for a run whose history already went the older way at this point."""
@@ -152,13 +148,11 @@ class MemoryRuntime:
     def __init__(
         self,
         run_id: str,
-        clock: Callable[[], dt.datetime] | None = None,
         after_step: Callable[[], None] | None = None,
     ) -> None:
         self._run_id = run_id
         # e.g. django.db.close_old_connections: step threads must not leak connections.
         self.after_step = after_step
-        self.clock = clock or (lambda: dt.datetime.now(dt.UTC))
         self.inbox: dict[str, collections.deque[Any]] = collections.defaultdict(collections.deque)
         self.step_names: list[str] = []
         self.slept: list[float] = []
@@ -170,17 +164,18 @@ class MemoryRuntime:
     async def step(self, name: str, fn: Callable[..., T], *args: Any) -> T:
         self.step_names.append(name)
         step_id = len(self.step_names)
+        as_recorded, read_back = recorded(fn)
 
-        def call() -> T:
+        def call() -> Any:
             token = current_step_id.set(step_id)
             try:
-                return fn(*args)
+                return as_recorded(*args)
             finally:
                 current_step_id.reset(token)
                 if self.after_step is not None:
                     self.after_step()
 
-        return await asyncio.to_thread(call)
+        return read_back(await asyncio.to_thread(call))
 
     async def limited_step(self, name: str, fn: Callable[..., T], *args: Any) -> T:
         return await self.step(name, fn, *args)
@@ -192,14 +187,6 @@ class MemoryRuntime:
         if self.inbox[topic]:
             return self.inbox[topic].popleft()
         return None
-
-    async def drain(self, topic: str) -> list[Any]:
-        out = list(self.inbox[topic])
-        self.inbox[topic].clear()
-        return out
-
-    async def now(self) -> dt.datetime:
-        return self.clock()
 
     async def patch(self, name: str) -> bool:
         return True

@@ -106,6 +106,7 @@ _.LOGGING
 # admin: ModelAdmin / inline options and the callables list_display names as strings
 _.list_display
 _.list_filter
+_.lookups  # SimpleListFilter.lookups: the admin calls it for a filter's choices
 _.search_fields
 _.list_select_related
 _.list_per_page

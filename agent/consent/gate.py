@@ -1,9 +1,10 @@
-"""The approval gate as the run sees it: request, read the decision, resume.
+"""The approval gate as the run sees it: two durable steps around the wait.
 
-Each function is one durable step. The run waits between ``gate_read`` calls
-on the approval's DBOS topic, but a message only wakes it: authority is the
-decision row in the database, re-read here and checked against this run, this
-call and this exact argument hash before anything executes.
+``gate_request`` (``gate.request``) asks the ledger, opens the approval and says where the
+decision stands; ``gate_settle`` (``gate.resume``) reads it after each wake. The run waits
+between them on the approval's DBOS topic, but a message only wakes it: authority is the
+decision row in the database, re-read here and checked against this run, this call and this
+exact argument hash before anything executes.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from agent.run import payloads
 from agent.run.bounds import refund_precheck
 from agent.run.payloads import StepKind
 from agent.run.steplog import log_step
+from agent.steps import Opened, Verdict
 from agent.tools import args_hash, get_tool
 from approvals.models import Approval, ApprovalStatus
 from approvals.notifications import NotificationEvent, notify_approval
@@ -36,23 +38,13 @@ from deskhand.desk.rows import row_by_pk
 PRECHECKED = ("issue_refund", REPLY_TOOL)
 
 
-def gate_open(run_id: str, seq: int, call: dict[str, Any]) -> dict[str, Any]:
-    """``gate.request`` on runs since ``Patch.TWO_STEP_GATE``: the ledger's answer first,
-    then the request, in one step.
-
-    ``{"done": answer}`` when the lineage already made this effect (``lineage.performed``:
-    nobody is asked and nothing is written); otherwise ``gate_request``'s output, whose
-    ``status`` is the decision as it stands (a merchant's rule may already have made it),
-    so the run reads it without a step of its own. Older runs take the lookup, the request,
-    a read and clock readings as five operations (docs/deploys.md).
-    """
-    return gate_request(run_id, seq, call, lookup=True)
-
-
-def gate_request(
-    run_id: str, seq: int, call: dict[str, Any], *, lookup: bool = False
-) -> dict[str, Any]:
+def gate_request(run_id: str, seq: int, call: dict[str, Any]) -> Opened:
     """Open (or find) the approval for this call and park the run on it.
+
+    The ledger's answer first: ``done`` when the lineage already made this effect
+    (``lineage.performed``: nobody is asked and nothing is written). Otherwise the approval,
+    whose ``status`` is the decision as it stands (a merchant's rule may already have made
+    it), so the run reads it without a step of its own.
 
     One approval per (run, tool call id), ever: a step re-executed after a
     crash, or a recovery after the approval expired, finds the same row and
@@ -61,7 +53,7 @@ def gate_request(
     so; ``gate_resume`` will refuse it whatever a person decides.
 
     On a run that is no longer active (being cancelled, or ended) nobody is
-    asked and nothing is written: it returns ``{"closed": status}`` and the
+    asked and nothing is written: it returns ``closed`` (the run's status) and the
     loop ends quietly.
     """
     name, call_id, args = call["name"], call["id"], call["input"]
@@ -71,10 +63,10 @@ def gate_request(
         # The ticket too: the refund pre-check and the notifications name it.
         run = row_by_pk(Run, run_id, related=("merchant", "ticket"), lock=True)
         if not run.is_active:
-            return {"closed": run.status}
-        done = lineage.performed(run, call) if lookup else None
+            return Opened(closed=run.status)
+        done = lineage.performed(run, call)
         if done is not None:
-            return {"done": done}
+            return Opened(done=done)
         if name in PRECHECKED and not _asked(run_id, call_id):
             # Nobody is asked to approve money that cannot move, nor a reply with nothing in
             # it for the customer: the model reads why instead, and so does the run's story.
@@ -93,7 +85,7 @@ def gate_request(
                     result={"text": why},
                     ok=False,
                 )
-                return {"refused": why}
+                return Opened(refused=why)
         now = timezone.now()
         approval, created = Approval.objects.get_or_create(
             run=run,
@@ -174,45 +166,35 @@ def _asked(run_id: str, call_id: str) -> bool:
         return bool(cur.fetchone()[0])
 
 
-def _requested(approval: Approval, differences: list[str]) -> dict[str, Any]:
-    """``gate.request``'s checkpointed output (keys old checkpoints hold: docs/deploys.md)."""
-    return {
-        "approval_id": str(approval.id),
-        "status": approval.status,
-        "expires_at": approval.expires_at.isoformat(),
-        "topic": approval.topic,
-        **({"mismatch": "; ".join(differences)} if differences else {}),
-    }
+def _requested(approval: Approval, differences: list[str]) -> Opened:
+    """``gate.request``'s output when the run waits on (or reads) the decision."""
+    return Opened(
+        approval_id=str(approval.id),
+        status=approval.status,
+        expires_at=approval.expires_at.isoformat(),
+        topic=approval.topic,
+        mismatch="; ".join(differences),
+    )
 
 
-def gate_read(approval_id: str) -> dict[str, Any]:
-    """The decision on record (a message alone is never authority)."""
-    a = row_by_pk(Approval, approval_id)
-    return {
-        "status": a.status,
-        "expires_at": a.expires_at.isoformat(),
-        "escalated_at": a.escalated_at.isoformat() if a.escalated_at else None,
-    }
+def gate_settle(run_id: str, seq: int, call: dict[str, Any], approval_id: str) -> Verdict:
+    """``gate.resume``: the decision read, and the resume once there is one (or the approval
+    has expired), in one step.
 
-
-def gate_settle(run_id: str, seq: int, call: dict[str, Any], approval_id: str) -> dict[str, Any]:
-    """``gate.resume`` on runs since ``Patch.TWO_STEP_GATE``: the decision read, and the
-    resume once there is one (or the approval has expired), in one step.
-
-    ``{"verdict": "pending", "expires_at"}`` while nobody has decided and the approval has
-    not expired: a message that woke the run was not a decision, and the run waits again
+    ``pending`` (with ``expires_at``) while nobody has decided and the approval has not
+    expired: a message that woke the run was not a decision, and the run waits again
     (writing nothing). Otherwise ``gate_resume``'s verdict; the time handed back is counted
     from the approval's ``requested_at``, so no clock reading of the loop's is needed.
     """
     a = row_by_pk(Approval, approval_id)
     if a.status == ApprovalStatus.PENDING and timezone.now() < a.expires_at:
-        return {"verdict": "pending", "expires_at": a.expires_at.isoformat()}
+        return Verdict("pending", expires_at=a.expires_at.isoformat())
     return gate_resume(run_id, seq, call, approval_id, 0.0)
 
 
 def gate_resume(
     run_id: str, seq: int, call: dict[str, Any], approval_id: str, waited_seconds: float
-) -> dict[str, Any]:
+) -> Verdict:
     """Settle the wait: hand the waiting time back, then check the decision against the call.
 
     ``waited_seconds`` is the loop's own measure of the wait; the larger of it and the
@@ -223,18 +205,18 @@ def gate_resume(
     that stops waiting while the approval is still pending expires it, so no
     later decision can land on a call the run has given up on.
 
-    Returns one of ``{"verdict": "approved"}``, ``{"verdict": "denied", "reason"}``,
-    ``{"verdict": "expired"}`` or ``{"verdict": "mismatch", "detail"}`` — or, on a run
-    that is no longer active (a cancel took its row lock first, withdrawing the approval;
-    or it ended), ``{"verdict": "closed", "status"}`` with nothing written: the run is
-    closed by whoever closed it, and its step log keeps their line.
+    Returns ``approved``, ``denied`` (with its ``reason``), ``expired`` or ``mismatch``
+    (with its ``detail``) — or, on a run that is no longer active (a cancel took its row
+    lock first, withdrawing the approval; or it ended), ``closed`` with the run's
+    ``status`` and nothing written: the run is closed by whoever closed it, and its step
+    log keeps their line.
     """
     name, call_id, args = call["name"], call["id"], call["input"]
     digest = args_hash(name, args)
     with transaction.atomic():
         run = row_by_pk(Run, run_id, lock=True)
         if not run.is_active:
-            return {"verdict": "closed", "status": run.status}
+            return Verdict("closed", status=run.status)
         approval = row_by_pk(Approval, approval_id, related=("decided_by", "policy"), lock=True)
         # Time waiting for a person is handed back to the working deadline. It is counted from
         # the approval's own ``requested_at`` (not only the loop's measured wait), so a worker
@@ -254,16 +236,14 @@ def gate_resume(
             approval_expire(approval, why="nobody decided before it expired")
         differences = _differences(approval, run_id, call_id, name, args, digest)
         if approval.status == ApprovalStatus.APPROVED and differences:
-            verdict: dict[str, Any] = {"verdict": "mismatch", "detail": "; ".join(differences)}
+            verdict = Verdict("mismatch", detail="; ".join(differences))
         elif approval.status == ApprovalStatus.APPROVED:
-            verdict = {"verdict": "approved", "decided_by": approval.decided_by_id}
-            if approval.changed:
-                # Output only gains keys: a checkpoint written before this still reads.
-                verdict["changed"] = changes_text(name, args, approval.executes)
+            changed = changes_text(name, args, approval.executes) if approval.changed else ""
+            verdict = Verdict("approved", decided_by=approval.decided_by_id, changed=changed)
         elif approval.status == ApprovalStatus.DENIED:
-            verdict = {"verdict": "denied", "reason": approval.reason}
+            verdict = Verdict("denied", reason=approval.reason)
         else:
-            verdict = {"verdict": "expired"}
+            verdict = Verdict("expired")
         log_step(
             run_id=run_id,
             seq=seq,
@@ -272,7 +252,7 @@ def gate_resume(
             tool_call_id=call_id,
             arguments=args,
             result={
-                "event": verdict["verdict"],
+                "event": verdict.verdict,
                 "approval_id": approval_id,
                 "waited_seconds": round(waited, 3),
                 "decided_by": approval.decided_by.email if approval.decided_by else None,
@@ -285,14 +265,14 @@ def gate_resume(
                 "escalated_at": approval.escalated_at.isoformat()
                 if approval.escalated_at
                 else None,
-                **({"detail": verdict["detail"]} if "detail" in verdict else {}),
+                **({"detail": verdict.detail} if verdict.verdict == "mismatch" else {}),
                 **(
-                    {"changed": verdict["changed"], "executes_hash": approval.approved_hash}
-                    if "changed" in verdict
+                    {"changed": verdict.changed, "executes_hash": approval.approved_hash}
+                    if approval.changed and verdict.verdict == "approved"
                     else {}
                 ),
             },
-            ok=verdict["verdict"] in ("approved", "denied"),
+            ok=verdict.verdict in ("approved", "denied"),
             locked_status=run.status,  # locked above
         )
     return verdict

@@ -80,6 +80,10 @@ MAX_CALL_ID = 80
 GUIDANCE = "Staff guidance from {author} (merchant staff, via the console):\n"
 
 Message = dict[str, Any]
+# Content blocks as the Messages API shapes them: a ``tool_use`` call the model made, and the
+# ``tool_result`` that answers it.
+Call = dict[str, Any]
+Result = dict[str, Any]
 
 
 def prompt_sha256(system: str, tools: list[dict[str, Any]]) -> str:

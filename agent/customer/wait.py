@@ -27,6 +27,7 @@ from django.utils import timezone
 from agent.models import Run, RunStatus, Step
 from agent.run.payloads import StepKind
 from agent.run.steplog import log_step
+from agent.steps import Answered, Parked, Reparked, Seen
 from agent.tools.irreversible import REMINDER_CALL_SUFFIX
 from agent.tools.registry import Risk
 from deskhand.dbos.names import customer_topic
@@ -51,18 +52,18 @@ def _hours(seconds: float) -> str:
     return f"{hours:g} hours" if hours >= 1 else f"{seconds:g} seconds"
 
 
-def customer_park(run_id: str, call: dict[str, Any]) -> dict[str, Any]:
+def customer_park(run_id: str, call: dict[str, Any]) -> Parked:
     """Park the run on the customer's answer to the question just sent.
 
     Returns the topic, the window's end and the thread line the answer must come after.
     Re-executed after a crash before its checkpoint, it finds the run already parked on the
     same question and returns the same window (a restart never extends it). On a run that
-    is no longer active it returns ``{"closed": status}`` and writes nothing.
+    is no longer active it returns ``closed`` (the run's status) and writes nothing.
     """
     with transaction.atomic():
         run = Run.objects.select_for_update().select_related("merchant", "ticket").get(pk=run_id)
         if not run.is_active:
-            return {"closed": run.status}
+            return Parked(closed=run.status)
         question = (
             TicketMessage.objects.filter(
                 ticket_id=run.ticket_id, run_id=run_id, direction=MessageDirection.OUTBOUND
@@ -80,16 +81,15 @@ def customer_park(run_id: str, call: dict[str, Any]) -> dict[str, Any]:
             run.waiting_until = until
             run.wait_reason = f"waiting for the customer's answer on {run.ticket.reference}"
             run.save(update_fields=["status", "waiting_until", "wait_reason", "updated_at"])
-    out = {
-        "topic": customer_topic(run.ticket_id),
-        "until": until.isoformat(),
-        "after": after,
-        "asked_at": asked_at.isoformat(),
-        "call_id": call.get("id", ""),
-    }
-    if run.merchant.reply_reminder:
-        out["remind_at"] = reminder_due(until, run.merchant.reply_window_seconds).isoformat()
-    return out
+    window = run.merchant.reply_window_seconds
+    return Parked(
+        topic=customer_topic(run.ticket_id),
+        until=until.isoformat(),
+        after=after,
+        asked_at=asked_at.isoformat(),
+        call_id=call.get("id", ""),
+        remind_at=reminder_due(until, window).isoformat() if run.merchant.reply_reminder else None,
+    )
 
 
 def reminder_due(until: dt.datetime, window_seconds: int) -> dt.datetime:
@@ -118,8 +118,7 @@ def reminder_sent(run_id: str) -> bool:
     ask's call id plus ``REMINDER_CALL_SUFFIX``), written in the reminder's own gated steps.
 
     Read from that durable row, not from ``Run.wait_reason``, whose words are for people and may
-    change. A run parked before reminders (``Patch.CUSTOMER_REMINDER``) has no such row: as
-    before, it reads as not reminded. Each ask has its own call id, so a second question in the
+    change. Each ask has its own call id, so a second question in the
     same run gets its own reminder.
     """
     ask = (
@@ -133,20 +132,20 @@ def reminder_sent(run_id: str) -> bool:
     return Step.objects.filter(run_id=run_id, tool_call_id=f"{ask}{REMINDER_CALL_SUFFIX}").exists()
 
 
-def customer_repark(run_id: str, until: str) -> dict[str, Any]:
+def customer_repark(run_id: str, until: str) -> Reparked:
     """After the reminder: the run waits for the customer again, on the same window. (The
     wait reason says the reminder went, for people; code asks ``reminder_sent``.)"""
     with transaction.atomic():
         run = Run.objects.select_for_update().select_related("ticket").get(pk=run_id)
         if not run.is_active:
-            return {"closed": run.status}
+            return Reparked(closed=run.status)
         run.status = RunStatus.AWAITING_CUSTOMER
         run.waiting_until = dt.datetime.fromisoformat(until)
         run.wait_reason = (
             f"waiting for the customer's answer on {run.ticket.reference} (reminder sent)"
         )
         run.save(update_fields=["status", "waiting_until", "wait_reason", "updated_at"])
-    return {"until": until}
+    return Reparked(until=until)
 
 
 def _answers(ticket_id: int, after: int) -> list[TicketMessage]:
@@ -162,24 +161,22 @@ def _answers(ticket_id: int, after: int) -> list[TicketMessage]:
     )
 
 
-def customer_read(
-    run_id: str, after: int, until: str, remind_at: str | None = None
-) -> dict[str, Any]:
+def customer_read(run_id: str, after: int, until: str, remind_at: str | None = None) -> Seen:
     """What the thread holds now: the answer's lines, whether the window has passed, and
     (given ``remind_at``, the reminder not yet sent) whether the reminder is due."""
     ticket_id = Run.objects.values_list("ticket_id", flat=True).get(pk=run_id)
     found = _answers(ticket_id, after)
     clock = now()
     passed = not found and clock >= dt.datetime.fromisoformat(until)
-    out: dict[str, Any] = {"answered": [m.pk for m in found], "passed": passed}
-    if remind_at is not None:
-        out["remind"] = not found and not passed and clock >= dt.datetime.fromisoformat(remind_at)
-    return out
+    due = remind_at is not None and clock >= dt.datetime.fromisoformat(remind_at)
+    return Seen(
+        answered=[m.pk for m in found], passed=passed, remind=due and not found and not passed
+    )
 
 
 def customer_resume(
-    run_id: str, seq: int, call: dict[str, Any], park: dict[str, Any], answered: list[int]
-) -> dict[str, Any]:
+    run_id: str, seq: int, call: dict[str, Any], park: Parked, answered: list[int]
+) -> Answered:
     """Settle the wait: hand the waiting time back, then hand the model the answer, or stop.
 
     The time since the question went out is handed back to the working deadline, once (a
@@ -190,9 +187,9 @@ def customer_resume(
     with transaction.atomic():
         run = Run.objects.select_for_update().select_related("ticket", "merchant").get(pk=run_id)
         if not run.is_active:
-            return {"verdict": "closed", "status": run.status}
+            return Answered("closed", status=run.status)
         already = Step.objects.filter(run_id=run_id, seq=seq).exists()
-        waited = max(0.0, (now() - dt.datetime.fromisoformat(park["asked_at"])).total_seconds())
+        waited = max(0.0, (now() - dt.datetime.fromisoformat(park.asked_at)).total_seconds())
         if not already:
             run.waited_seconds += waited
         if run.status == RunStatus.AWAITING_CUSTOMER:
@@ -225,7 +222,7 @@ def customer_resume(
                     result={"text": f"No answer: {detail}."},
                     ok=False,
                 )
-            return {"verdict": "no_reply", "detail": detail}
+            return Answered("no_reply", detail=detail)
         lines = TicketMessage.objects.filter(pk__in=answered).order_by("pk")
         words = "\n\n".join(m.body for m in lines)
         text = (
@@ -244,4 +241,4 @@ def customer_resume(
                 result={"text": text},
                 ok=True,
             )
-    return {"verdict": "answered", "text": text}
+    return Answered("answered", text=text)

@@ -12,6 +12,7 @@ from typing import Any
 
 from agent.run.payloads import StepKind
 from agent.run.steplog import log_step
+from agent.steps import Done
 from agent.tools import Risk
 
 
@@ -26,7 +27,7 @@ def log_effect_answer(
     ok: bool,
     replayed: bool = False,
     latency_ms: int = 0,
-) -> dict[str, Any]:
+) -> Done:
     """Write the row; return what the loop hands the model (``text``, ``ok``, ``replayed``).
 
     ``replayed``: nothing was performed by this step — the ledger already held the answer.
@@ -44,4 +45,4 @@ def log_effect_answer(
         replayed=replayed,
         latency_ms=latency_ms,
     )
-    return {"text": result["text"], "ok": ok, "replayed": replayed}
+    return Done(text=result["text"], ok=ok, replayed=replayed)

@@ -8,8 +8,8 @@ returns the recorded result instead of acting again. That holds outright for an 
 that is a row in this database (the in-database adapter). An effect in another system (a
 payment provider, a mail server: ``agent.effects``) is claimed ``pending`` under the same
 lock and committed first, then made under the ledger key as its idempotency key, then
-recorded (``agent.ledger.intents``). ``ledger_lookup`` asks, before a person is asked,
-whether the run's lineage already made the effect (``agent.ledger.lineage``).
+recorded (``agent.ledger.intents``). Whether the run's lineage already made the effect is
+asked before a person is (``agent.ledger.lineage.performed``, in the gate's opening step).
 """
 
 from __future__ import annotations
@@ -31,6 +31,7 @@ from agent.ledger.models import LedgerEntry, LedgerState
 from agent.models import Run
 from agent.run import faults
 from agent.run.steplog import storable
+from agent.steps import Done
 from agent.tools import ToolError, args_hash, get_tool
 from agent.tools.execute import not_performed, tool_context
 from approvals.models import Approval, ApprovalStatus
@@ -49,15 +50,13 @@ def ledger_key(root: Run, call_id: str, digest: str) -> str:
     return f"{root.pk}:{call_id}:{digest[:16]}"
 
 
-def execute_irreversible(
-    run_id: str, seq: int, call: dict[str, Any], approval_id: str
-) -> dict[str, Any]:
+def execute_irreversible(run_id: str, seq: int, call: dict[str, Any], approval_id: str) -> Done:
     """Perform an approved irreversible call exactly once, through the ledger.
 
     Everything happens in one transaction: re-check the approval row (the
     decision, not any message, is the authority), claim the ledger key, run
-    the handler, record the result, write the step row. Returns
-    ``{"text", "ok", "replayed"}`` or ``{"stop": reason, "detail"}``.
+    the handler, record the result, write the step row. Returns what the model reads, or
+    ``stop`` with its ``detail`` (``agent.steps.Done``).
 
     What is performed is the *approved* call: the proposal, or the narrower call
     a person approved instead (``agent.consent.narrowing``; re-checked here against the
@@ -66,8 +65,8 @@ def execute_irreversible(
 
     It starts by locking the run's row (a cancel takes the same lock) and
     re-reading its status: on a run being cancelled (or already ended) nothing
-    is performed and nothing is written — it returns ``{"stop": "cancelled" |
-    "closed", "status", "detail"}``, which the loop turns into a quiet end —
+    is performed and nothing is written — it returns ``stop`` ``cancelled`` or
+    ``closed`` with the run's ``status``, which the loop turns into a quiet end —
     unless the ledger already holds this exact call's claim, which is replayed
     as usual (nothing new happens; the record is reported).
     """
@@ -92,14 +91,14 @@ def execute_irreversible(
         ):
             if not run.is_active:
                 return not_performed(run.status, name)
-            return {
-                "stop": "approval_mismatch",
-                "detail": "the approval on record does not cover this exact call",
-            }
+            return Done(
+                stop="approval_mismatch",
+                detail="the approval on record does not cover this exact call",
+            )
         try:
             performed = approved_call(approval, call)
         except NarrowingRefused as exc:
-            return {"stop": "approval_mismatch", "detail": f"the approved call is refused: {exc}"}
+            return Done(stop="approval_mismatch", detail=f"the approved call is refused: {exc}")
         done_args = performed["input"]
         done_digest = args_hash(name, done_args)
         changed = changes_text(name, args, done_args) if done_digest != digest else ""
@@ -199,14 +198,4 @@ def execute_irreversible(
             note=lambda result: with_change_note(result, changed, approval),
         )
     faults.at(Point.AFTER_COMMIT, name)
-    return {"text": text, "ok": entry.ok, "replayed": False}
-
-
-def ledger_lookup(run_id: str, call: dict[str, Any]) -> dict[str, Any] | None:
-    """Before asking a person: has the lineage already made this effect (``agent.ledger.lineage``)?
-
-    ``None``: it has not, so a person is asked. Otherwise the answer the model reads
-    (``lineage.performed``). Runs since ``Patch.TWO_STEP_GATE`` ask this inside the gate's
-    opening step (``agent.consent.gate.gate_open``) instead of a step of its own.
-    """
-    return lineage.performed(row_by_pk(Run, run_id), call)
+    return Done(text=text, ok=entry.ok)

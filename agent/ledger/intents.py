@@ -44,6 +44,7 @@ from agent.models import TERMINAL_STATUSES, Run
 from agent.privacy.masking import mask_result
 from agent.run import faults
 from agent.run.steplog import storable
+from agent.steps import Done
 from agent.tools import get_tool
 from agent.tools.registry import ToolContext, ToolDef, ToolError
 from deskhand import events
@@ -185,7 +186,7 @@ def settle(
     approval_id: str,
     may_send: bool,
     note: Callable[[str], str] = str,
-) -> dict[str, Any]:
+) -> Done:
     """Call the other system under the claim's key (or look it up) and record the answer.
 
     Holds the entry's row lock throughout, so reconciliation never settles a claim a step
@@ -238,7 +239,7 @@ def settle(
             latency_ms=int((time.monotonic() - started) * 1000),
         )
     faults.at(Point.AFTER_COMMIT, name)
-    return {"text": text, "ok": ok, "replayed": False}
+    return Done(text=text, ok=ok)
 
 
 def resolve_stale(entry_id: int) -> str | None:

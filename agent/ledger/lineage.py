@@ -32,6 +32,7 @@ from typing import Any
 
 from agent.ledger.models import LedgerEntry, LedgerState
 from agent.models import Run
+from agent.steps import Done
 from agent.tools import args_hash, get_tool
 from agent.tools.registry import effect_hash, identity_hash
 from deskhand.desk.money import format_cents
@@ -101,24 +102,12 @@ def lookup(run: Run, call: dict[str, Any], root: Run | None = None) -> LedgerEnt
     return matching_effect(lineage_entries(run, root), call)
 
 
-def performed(run: Run, call: dict[str, Any]) -> dict[str, Any] | None:
+def performed(run: Run, call: dict[str, Any]) -> Done | None:
     """Before a person is asked: the answer the model reads when the lineage already made
-    this effect, naming the run that made it; ``None`` when it has not.
-
-    The checkpointed output of ``ledger.lookup`` and of the gate's opening step, so its
-    keys are compatibility data: ``same_args`` is always true now (a proposal that merely
-    differs is a new effect, never a mismatch) and stays for checkpoints recorded before.
-    """
+    this effect, naming the run that made it; ``None`` when it has not (the gate's opening
+    step, ``agent.consent.gate.gate_request``)."""
     entry = lookup(run, call)
-    if entry is None:
-        return None
-    return {
-        "ok": entry.ok,
-        "text": answer_text(entry),
-        "same_args": True,
-        "key": entry.key,
-        "run_id": str(entry.run_id),
-    }
+    return None if entry is None else Done(text=answer_text(entry), ok=entry.ok, replayed=True)
 
 
 CUSTOMER_MAIL = ("send_customer_email", "reply_to_customer", "ask_customer")

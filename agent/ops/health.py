@@ -13,8 +13,6 @@
   or running with no step, or awaiting an approval that was already decided;
 * **versions nobody serves** — open runs whose application version no live worker
   runs: after a deploy they wait for a draining worker or ``manage.py move_runs``;
-* **runs on the older turn path** — open runs whose history went the pre-``one-step-turns``
-  way (``agent.run.legacy_turns``); at 0 that path can be retired (docs/deploys.md);
 * **effects** — open reconciliation findings (the ledger and a payment provider disagree,
   ``agent.effects.provider_reconciliation``) by kind and merchant, and claims still pending at a provider;
 * **intake** — stored mail not yet processed and customer lines not yet routed, past the
@@ -42,9 +40,7 @@ from agent.customer.intake import intake_summary
 from agent.effects.selectors import findings_summary
 from agent.models import Run, RunStatus
 from agent.run.workflow_findings import workflow_findings_summary
-from agent.runtime import StepName
 from approvals.models import Approval, ApprovalStatus
-from deskhand.dbos import client as dbos_client
 from deskhand.fleet.lease import lock_key
 from deskhand.fleet.models import Worker
 
@@ -80,7 +76,6 @@ class Report:
     effects: dict[str, Any] = field(default_factory=dict)
     workflows: dict[str, Any] = field(default_factory=dict)
     intake: dict[str, Any] = field(default_factory=dict)
-    legacy_turn_runs: int = 0
 
     @property
     def alive(self) -> list[WorkerHealth]:
@@ -243,8 +238,6 @@ def health_report(stuck_after: dt.timedelta = STUCK_AFTER) -> Report:
     report.effects = findings_summary()
     report.workflows = workflow_findings_summary()
     report.intake = intake_summary(now)
-    # The older path records a bounds check of its own each turn; one-step turns never do.
-    report.legacy_turn_runs = dbos_client.active_runs_with_step(StepName.BOUNDS_CHECK)
     return report
 
 

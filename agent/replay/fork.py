@@ -19,9 +19,9 @@ Where a fork may start:
 
 * a model step — the model is asked again from the same conversation;
 * a read or reversible tool step — the tool runs again, in the fork;
-* an approval request — the fork starts at the ``ledger.lookup`` just before
-  it, so a call the original has since performed is answered from the ledger
-  and a person is asked again only if it was never performed.
+* an approval request — its ``gate.request`` asks the ledger first, so a call the
+  original has since performed is answered from the ledger and a person is asked
+  again only if it was never performed.
 
 Not from an approval's decision or an irreversible tool step (the copied gate
 checkpoints name the original's approval, which can never cover the fork's
@@ -157,15 +157,6 @@ def _start_function_id(run: Run, step: Step, checkpoints: dict[int, str] | None 
             f"step {step.seq} says it is DBOS step {step.function_id} ({expected}), but the workflow "
             f"recorded {name or 'nothing'} there; the run cannot be forked from it."
         )
-    if step.kind == StepKind.APPROVAL:
-        # Start at the ledger lookup just before the request: a call performed since is not asked again.
-        lookups = [
-            fid
-            for fid, fname in checkpoints.items()
-            if fname == "ledger.lookup" and fid < step.function_id
-        ]
-        if lookups:
-            return max(lookups)
     return step.function_id
 
 
@@ -405,16 +396,6 @@ def _fork_point_at(parent: Run, start_step: int) -> Step:
         why = (
             f"{where} is the run's beginning: that is a new run, started with `manage.py "
             f"run_ticket {parent.ticket.reference}`"
-        )
-    elif (
-        own is not None
-        and own.kind == StepKind.APPROVAL
-        and own.seq in {s.seq for s in starts.values()}
-    ):
-        lookup = next(fid for fid, s in starts.items() if s.seq == own.seq)
-        why = (
-            f"a fork at the approval request of step {own.seq} starts at the ledger lookup before "
-            f"it, DBOS step {lookup}, so a call the lineage has since made is not asked again"
         )
     elif own is not None:
         try:

@@ -37,6 +37,7 @@ from agent.conversation.live import (
 from agent.conversation.prompt_versions import TOKEN_SLOT, render, template_of, version_sha256
 from agent.conversation.prompts import system_prompt
 from agent.models import Step, StopReason
+from agent.replay import compat
 from agent.replay.timeline import Timeline
 from agent.run import payloads
 from agent.run.payloads import StepKind
@@ -75,9 +76,8 @@ def fence_in_turn(timeline: Timeline) -> bool:
     """Whether this run's fence token is in its opening turn rather than its system prompt.
 
     Read from what its first model call recorded: its prompt version's template holds the
-    token's slot when the token was in the system prompt; runs recorded before versions were
-    kept recorded the hash of the per-run system prompt. A run with no model call yet is a
-    new one.
+    token's slot when the token was in the system prompt (an older step that names no
+    version: ``agent.replay.compat``). A run with no model call yet is a new one.
     """
     first = next((s for s in timeline.steps if s.kind == StepKind.MODEL), None)
     if first is None:
@@ -86,8 +86,7 @@ def fence_in_turn(timeline: Timeline) -> bool:
     version = timeline.versions.get(payload.prompt_version)
     if version is not None:
         return TOKEN_SLOT not in version.system_template
-    recorded = payload.prompt_sha256
-    return recorded != prompt_sha256(system_prompt(timeline.token), api_schemas())
+    return compat.fence_in_turn_unversioned(payload.prompt_sha256, timeline.token)
 
 
 def system_for(timeline: Timeline) -> str:
@@ -317,7 +316,7 @@ class View:
     # The hash that model step recorded over the system text and tools it was sent; None when
     # the run made no model call.
     prompt_sha256: str | None
-    # Its prompt version (``agent.conversation.prompt_versions``); None when recorded before versions were kept.
+    # Its prompt version (``agent.conversation.prompt_versions``); None when the step names none.
     prompt_version: str | None = None
     recorded: bool = False  # ``system`` and ``tools`` are the recorded ones
     # Whether today's code would send that step the same system prompt and tools.

@@ -15,6 +15,7 @@ from agent.conversation import fence
 from agent.ledger import lineage
 from agent.ledger.models import LedgerEntry
 from agent.models import PromptVersion, Run, Step
+from agent.replay import compat
 from agent.run import payloads
 from agent.run.payloads import StepKind
 
@@ -50,8 +51,7 @@ class Timeline:
             return LedgerFact(
                 found.args_hash, found.ok, lineage.answer_text(found), str(found.run_id)
             )
-        # A run recorded before identities: the same call id under other arguments ended it.
-        old = next((e for e in self.entries if e.tool_call_id == call.get("id")), None)
+        old = compat.answer_without_identity(self.entries, call)
         return LedgerFact(old.args_hash, old.ok, old.result, str(old.run_id)) if old else None
 
     def step_at(self, seq: int) -> Step | None:

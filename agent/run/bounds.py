@@ -35,6 +35,7 @@ from django.utils import timezone
 
 from agent.models import Run
 from agent.run.payloads import StepKind
+from agent.steps import Bounds
 from agent.tools.reads import order_of_customer
 from agent.tools.registry import ToolError
 from deskhand.desk.money import format_cents, format_micros
@@ -219,21 +220,19 @@ def bounds_check(run_id: str, now_iso: str | None = None, run: Run | None = None
     return None
 
 
-def bounds_step(
-    run_id: str, run: Run | None = None, now: dt.datetime | None = None
-) -> dict[str, Any]:
-    """``bounds_check`` as the loop's step: the hit, or how many steps are left (``steps_left``).
+def bounds_step(run_id: str, run: Run | None = None, now: dt.datetime | None = None) -> Bounds:
+    """``bounds_check`` as the turn reads it: the hit, or how many steps are left.
 
     A reply with many tool calls is counted against the step cap one call at a time, so the
-    loop needs the remainder, not only whether the cap is already reached. (Older checkpoints
-    of this step hold ``None`` or a hit; the loop reads both.) ``run``: as for ``bounds_check``.
+    loop needs the remainder, not only whether the cap is already reached. ``run``: as for
+    ``bounds_check``.
     """
     hit = bounds_check(run_id, now_iso=now.isoformat() if now else None, run=run)
     if hit is not None:
-        return hit
+        return Bounds(reason=hit["reason"], detail=hit["detail"])
     if run is None:
         run = Run.objects.only("steps", "max_steps").get(pk=run_id)
-    return {"steps_left": max(run.max_steps - run.steps, 0)}
+    return Bounds(steps_left=max(run.max_steps - run.steps, 0))
 
 
 def refund_precheck(run_id: str, args: dict[str, Any], run: Run | None = None) -> str | None:

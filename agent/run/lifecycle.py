@@ -7,8 +7,6 @@ finish, a failure and a cancellation all leave the same truthful shape.
 
 from __future__ import annotations
 
-from typing import Any
-
 from django.db import transaction
 from django.utils import timezone
 
@@ -17,6 +15,7 @@ from agent.models import TERMINAL_STATUSES, Run, RunStatus, StopReason
 from agent.run.payloads import StepKind
 from agent.run.selectors import effects_summary
 from agent.run.services import next_seq, run_close, run_close_pending_approvals, run_mark_failed
+from agent.steps import Begun, Finished
 from approvals.audit import audit_record
 from approvals.models import Channel
 from deskhand import events
@@ -25,7 +24,7 @@ from deskhand.desk.rows import row_by_pk
 from deskhand.desk.services import ticket_set_priority, ticket_set_status
 
 
-def run_begin(run_id: str) -> dict[str, Any]:
+def run_begin(run_id: str) -> Begun:
     """First step of a workflow: mark the run running and return what the loop needs."""
     with transaction.atomic():
         # The run's row alone is locked: the ticket is read for its reference.
@@ -40,18 +39,18 @@ def run_begin(run_id: str) -> dict[str, Any]:
                 merchant_id=run.merchant_id,
                 app_version=run.application_version,
             )
-        return {
-            "status": run.status,
-            "prompt": run.prompt,
-            "ticket": run.ticket.reference,
-            "fence_token": fence.token_for(str(run.root().id)),
-            "next_seq": next_seq(run_id),
-        }
+        return Begun(
+            status=run.status,
+            prompt=run.prompt,
+            ticket=run.ticket.reference,
+            fence_token=fence.token_for(str(run.root().id)),
+            next_seq=next_seq(run_id),
+        )
 
 
 def run_finish(
     run_id: str, seq: int, status: str, reason: str, detail: str, model_text: str
-) -> dict[str, Any]:
+) -> Finished:
     """End a run with a truthful summary. Never overwrites a run already closed or being cancelled.
 
     A run that is ``cancelling`` is finished by the cancel (or the reconciler), not here:
@@ -60,7 +59,7 @@ def run_finish(
     with transaction.atomic():
         run = row_by_pk(Run, run_id, lock=True)
         if run.status in TERMINAL_STATUSES or run.status == RunStatus.CANCELLING:
-            return {"status": run.status, "stop_reason": run.stop_reason}
+            return Finished(run.status, run.stop_reason)
         run_close_pending_approvals(run, ending=status)
         # The ledger's facts first; the model's own words are labelled as such, because
         # a model can claim anything ("Refunded") and only the ledger knows.
@@ -82,7 +81,7 @@ def run_finish(
             kind=StepKind.FINAL if status == RunStatus.SUCCEEDED else StepKind.BOUND,
             result={"status": status, "stop_reason": reason, "detail": detail, "summary": summary},
         )
-    return {"status": status, "stop_reason": reason}
+    return Finished(status, reason)
 
 
 def _escalate_to_a_person(run: Run) -> str:

@@ -38,6 +38,7 @@ from agent.providers import default_provider, pricing
 from agent.run.payloads import StepKind
 from agent.run.selectors import effects_summary
 from agent.run.steplog import log_step
+from agent.steps import Finished
 from approvals.audit import audit_record
 from approvals.models import Approval, ApprovalStatus, Channel
 from approvals.notifications import notify_run_finished
@@ -314,9 +315,10 @@ def run_take_workflow_end(*, run_id: str, output: Any) -> str | None:
     summary is built from the ledger, as every closing is. Returns the status it took, or
     ``None`` if the run was no longer active.
     """
-    said = output if isinstance(output, dict) else {}
-    status = said.get("status")
-    reason = said.get("stop_reason")
+    # ``Finished``'s JSON; a workflow of a version before 0.2.0 wrote the same fields, no ``v``.
+    said = dict(output) if isinstance(output, dict) and "status" in output else {"status": ""}
+    ended = Finished.from_json({**said, "v": Finished.VERSION})
+    status, reason = ended.status, ended.stop_reason
     if status not in TERMINAL_STATUSES or reason not in StopReason.values:
         status, reason = RunStatus.FAILED, StopReason.ERROR
     detail = (

@@ -70,28 +70,6 @@ def run_steer(*, run: Run, user: Any, body: str, channel: str = Channel.CLI) -> 
     return note
 
 
-def notes_record(run_id: str, seq: int, messages: list[Any]) -> list[dict[str, Any]]:
-    """Turn pending steer messages (note ids) into the notes the model will read.
-
-    On a run being cancelled (or ended) nobody will read them: nothing is written
-    (the row would take the cancel's number) and the loop stops at its bounds check.
-    """
-    with transaction.atomic():
-        status = Run.objects.select_for_update().values_list("status", flat=True).get(pk=run_id)
-        if status not in ACTIVE_STATUSES:
-            return []
-        ids = [
-            int(m["note_id"])
-            for m in messages
-            if isinstance(m, dict) and isinstance(m.get("note_id"), int)
-        ]
-        notes = list(StaffNote.objects.filter(pk__in=ids, run_id=run_id).order_by("created_at"))
-        out = [{"author": n.author_name, "body": n.body} for n in notes]
-        if out:
-            log_step(run_id=run_id, seq=seq, kind=StepKind.NOTE, result={"notes": out})
-    return out
-
-
 def _recorded_notes(run_id: str, seq: int, run: Run | None = None) -> list[dict[str, Any]] | None:
     """The notes a NOTE row at ``seq`` already handed over — this run's, or for a fork replaying
     a turn before its fork point, the parent's (``None`` when there is no such row)."""
@@ -139,8 +117,8 @@ def remember_nothing_to_take(run: Run, seq: int, nothing: bool) -> None:
 def notes_take(run_id: str, seq: int, run: Run | None = None) -> dict[str, Any]:
     """Inside the model step: take the notes left since the last turn, recorded at ``seq``.
 
-    Runs that took the ``one-step-turns`` patch read notes from the ``StaffNote`` table here
-    instead of draining DBOS messages in the workflow (two operations a turn saved). A note
+    Notes are read from the ``StaffNote`` table here, not drained as DBOS messages in the
+    workflow (two operations a turn saved). A note
     is taken once: it is stamped with the seq of the NOTE row that records it, in that row's
     transaction. A re-executed step (a retry, a recovery, a fork re-asking the model from
     this turn) finds the row at ``seq`` and hands over the same notes again, so the

@@ -7,7 +7,7 @@ resumed run never calls — or pays for — a completed turn again.
 
 A call that produced no reply (``ProviderError``: a permanent API error, or the
 provider's own retries spent) is not raised out of the step: it is returned as
-``{"provider_error": ...}`` so its cause survives the checkpoint (a replayed
+a ``Reply`` with ``provider_error`` so its cause survives the checkpoint (a replayed
 exception would come back as a generic portable error) and the loop ends the run
 ``failed`` / ``provider_error`` with it. The workflow never retries this step;
 the provider is the one retry layer.
@@ -16,10 +16,9 @@ The reply is untrusted input: ``agent.conversation.untrusted.reply_content`` mak
 replaced, blank or broken blocks dropped, tool-call ids the API would refuse replaced)
 before the step log, the loop or any later table sees it.
 
-**Waits are the workflow's.** On runs that took the ``model-calls-rate-limited`` patch the
-loop passes ``spent`` and the provider hands back a wait the API names (``retry-after`` on
-a 429/529) instead of sleeping it: the step returns ``{"wait": {"seconds", "reason",
-"until", "attempts", "waited"}}``, having written ``Run.waiting_until`` / ``wait_reason``
+**Waits are the workflow's.** The loop passes ``spent`` and the provider hands back a wait
+the API names (``retry-after`` on a 429/529) instead of sleeping it: the step returns a
+``Reply`` holding a ``Wait`` (``agent.steps``), having written ``Run.waiting_until`` / ``wait_reason``
 for the run page; the loop sleeps durably and calls again. The call that goes ahead clears
 them. Attempts and waiting add up across those calls, against the provider's one
 ``RetryPolicy`` (docs/rate-limits.md).
@@ -47,6 +46,7 @@ from agent.run.bounds import bounds_step
 from agent.run.payloads import ModelPayload, StepKind
 from agent.run.steering import notes_take
 from agent.run.steplog import log_step
+from agent.steps import Reply, Turn, Wait
 from agent.tools import api_schemas
 from deskhand.desk.rows import row_by_pk
 
@@ -58,10 +58,10 @@ def model_turn(
     fence_token: str,
     spent: dict[str, Any] | None = None,
     run: Run | None = None,
-) -> dict[str, Any]:
+) -> Reply:
     """One call. ``spent`` (``{"attempts": n, "waited": s}``, the calls and durable sleeps
     this turn already used) says the workflow sleeps the API's waits itself: a wait it asks
-    for is returned as ``{"wait": ...}`` while the retry policy allows it (module docstring).
+    for is returned as the reply's ``wait`` while the retry policy allows it (module docstring).
     ``run``: the run as the turn just read it (not read again)."""
     if run is None:
         run = Run.objects.only("provider", "model", "waiting_until").get(pk=run_id)
@@ -78,13 +78,13 @@ def model_turn(
     except ProviderError as exc:
         wait = _durable_wait(run_id, run.provider, provider, exc, spent)
         if wait is not None:
-            return {"wait": wait}
-        return {
-            "provider_error": storable(str(exc))[:2000],
-            "kind": exc.kind,
-            "transient": exc.transient,
-            "attempts": exc.attempts + (spent or {}).get("attempts", 0),
-        }
+            return Reply(wait=wait)
+        return Reply(
+            provider_error=storable(str(exc))[:2000],
+            kind=exc.kind,
+            transient=exc.transient,
+            attempts=exc.attempts + (spent or {}).get("attempts", 0),
+        )
     finally:
         return_waits.reset(token)
     reply = faults.after_model(run_id, reply)
@@ -127,12 +127,12 @@ def model_turn(
             latency_ms=reply.latency_ms or latency_ms,
             prompt_version=version,
         )
-    return reply.to_dict()
+    return Reply(content=reply.content, stop_reason=reply.stop_reason)
 
 
 def _durable_wait(
     run_id: str, name: str, provider: Any, exc: ProviderError, spent: dict[str, Any] | None
-) -> dict[str, Any] | None:
+) -> Wait | None:
     """The wait the workflow should sleep before calling again, recorded on the run; or None
     when the call is to fail now (no wait named, or the retry policy is spent)."""
     policy = getattr(provider, "retry", None)
@@ -147,13 +147,7 @@ def _durable_wait(
     reason = f"{why} by {name}: retry after {seconds:g} s"
     until = timezone.now() + dt.timedelta(seconds=seconds)
     Run.objects.filter(pk=run_id).update(waiting_until=until, wait_reason=reason[:200])
-    return {
-        "seconds": seconds,
-        "reason": reason,
-        "until": until.isoformat(),
-        "attempts": attempts,
-        "waited": waited + seconds,
-    }
+    return Wait(seconds, reason, until.isoformat(), attempts, waited + seconds)
 
 
 def turn(
@@ -163,19 +157,16 @@ def turn(
     system_token: str,
     fence_token: str,
     spent: dict[str, Any] | None = None,
-) -> dict[str, Any]:
+) -> Turn:
     """A whole model turn as one durable step: staff notes, the bounds check, the call.
 
-    Runs that took the ``one-step-turns`` patch make this one DBOS operation per turn where
-    the older sequence made four (a ``DBOS.recv`` and its ``DBOS.sleep`` to drain notes,
-    ``bounds.check``, ``model``). Each part is safe to run again: notes are taken once and a
+    One DBOS operation per turn. Each part is safe to run again: notes are taken once and a
     re-execution gets the recorded ones back (``agent.run.steering.notes_take``), the bounds
     check only reads, and the call is the model step as before. Notes join the messages
     here exactly as the loop then joins them to its own conversation (``with_guidance``).
 
-    Output: ``notes`` taken, ``next_seq`` (where the loop's next row goes), ``bounds`` (a
-    hit ends the run before any call; else ``steps_left``) and, unless a bound was hit,
-    ``reply`` — the model step's own output (a reply, ``provider_error`` or ``wait``).
+    Output (``Turn``): the notes taken, where the loop's next row goes, the bounds (a hit
+    ends the run before any call) and, unless a bound was hit, the call's ``Reply``.
     """
     with transaction.atomic():
         # One read of the run for the notes, the bounds and the call's provider: one
@@ -186,14 +177,13 @@ def turn(
         taken = notes_take(run_id, seq, run=run)
         if taken["next_seq"] != seq:  # a NOTE row: the run's totals moved
             run = row_by_pk(Run, run_id, related=("merchant",))  # and nothing read ahead
-        out: dict[str, Any] = {"notes": taken["notes"], "next_seq": taken["next_seq"]}
-        out["bounds"] = bounds_step(run_id, run=run, now=now)
-    if out["bounds"].get("reason"):
-        return out
-    sent = with_guidance(messages, taken["notes"], fence_token)
-    out["reply"] = model_turn(run_id, taken["next_seq"], sent, system_token, spent, run=run)
-    out["next_seq"] = taken["next_seq"] + (0 if _no_row(out["reply"]) else 1)
-    return out
+        notes, seq = taken["notes"], taken["next_seq"]
+        hit = bounds_step(run_id, run=run, now=now)
+    if hit.reason:
+        return Turn(notes, seq, hit)
+    sent = with_guidance(messages, notes, fence_token)
+    reply = model_turn(run_id, seq, sent, system_token, spent, run=run)
+    return Turn(notes, seq + (1 if reply.wrote_row else 0), hit, reply)
 
 
 # A turn's three questions before the call — is a staff note waiting (``steering``), what
@@ -218,8 +208,3 @@ def _read_ahead(run: Run, seq: int, now: dt.datetime) -> None:
         row = cur.fetchone()
     steering.remember_nothing_to_take(run, seq, bool(row[0]))
     bounds.remember(run, now, (int(row[1]), int(row[2])), row[3:6])
-
-
-def _no_row(reply: dict[str, Any]) -> bool:
-    """A call that wrote no step row (no reply, or a wait to sleep first)."""
-    return "provider_error" in reply or "wait" in reply

@@ -17,6 +17,7 @@ from agent.models import ACTIVE_STATUSES, Run, RunStatus
 from agent.run import faults
 from agent.run.payloads import StepKind
 from agent.run.steplog import log_step
+from agent.steps import Done
 from agent.tools import REGISTRY, Risk, ToolError, get_tool
 from agent.tools.registry import ToolContext
 from deskhand.desk.rows import row_by_pk
@@ -37,13 +38,13 @@ def tool_context(
     )
 
 
-def not_performed(status: str, name: str) -> dict[str, Any]:
+def not_performed(status: str, name: str) -> Done:
     """What a tool step answers on a run that is no longer active: nothing was performed."""
-    return {
-        "stop": "cancelled" if status in (RunStatus.CANCELLING, RunStatus.CANCELLED) else "closed",
-        "status": status,
-        "detail": f"the run is {status}; {name} was not performed",
-    }
+    return Done(
+        stop="cancelled" if status in (RunStatus.CANCELLING, RunStatus.CANCELLED) else "closed",
+        status=status,
+        detail=f"the run is {status}; {name} was not performed",
+    )
 
 
 def validate_call(name: str, args: Any) -> tuple[str | None, dict[str, Any] | None]:
@@ -55,11 +56,11 @@ def validate_call(name: str, args: Any) -> tuple[str | None, dict[str, Any] | No
         return str(exc), None
 
 
-def execute_tool(run_id: str, seq: int, call: dict[str, Any]) -> dict[str, Any]:
+def execute_tool(run_id: str, seq: int, call: dict[str, Any]) -> Done:
     """Run a read or reversible call (or record why a call cannot run) as one step.
 
     On a run being cancelled (or already ended) nothing runs and nothing is
-    written: it returns ``{"stop": "cancelled" | "closed", "status", ...}`` and
+    written: it returns ``stop`` ``cancelled`` or ``closed`` (``not_performed``) and
     the loop ends quietly, so this step's row cannot take the cancel's number.
     """
     name, call_id, args = call["name"], call["id"], call.get("input")
@@ -104,4 +105,4 @@ def execute_tool(run_id: str, seq: int, call: dict[str, Any]) -> dict[str, Any]:
             inverse=inverse,
             locked_status=status,
         )
-    return {"text": text, "ok": ok}
+    return Done(text=text, ok=ok)

@@ -24,6 +24,7 @@ from agent.conversation import fence
 from agent.customer.news import NOTHING_SENT, REPLY_TOOL
 from agent.customer.wait import ANSWER_PREFIX
 from agent.models import Step
+from agent.replay import compat
 from agent.run import payloads
 from agent.run.payloads import StepKind
 from deskhand.console import words
@@ -203,10 +204,8 @@ def _tool(step: Step, p: payloads.ToolPayload, currency: str) -> str:
         days = r.get("since_days", _ref(args, "since_days"))
         if not found:
             return f"Checked the customer's refunds of the last {days} days — none"
-        if "in_flight_cents" not in r:  # recorded before money in flight was told apart
-            return (
-                f"Checked the customer's refunds of the last {days} days — {found}, {total} in all"
-            )
+        if "in_flight_cents" not in r:
+            return compat.refunds_without_flight(found, total, days)
         in_flight = _int(r.get("in_flight_cents"))
         flight = f", and {cents(in_flight, cur)} in flight (not yet confirmed)" if in_flight else ""
         return (

@@ -541,18 +541,6 @@ def forks_without_run(*, run_table: str, finding_table: str) -> list[WorkflowOri
     return [o for o in origins if o is not None]
 
 
-def active_runs_with_step(step_name: str) -> int:
-    """How many run workflows that can still act have a checkpoint named ``step_name``."""
-    with connections["default"].cursor() as cur:
-        cur.execute(
-            "SELECT count(*) FROM dbos.workflow_status w WHERE w.name = %s"
-            " AND w.status = ANY(%s) AND EXISTS (SELECT 1 FROM dbos.operation_outputs o"
-            " WHERE o.workflow_uuid = w.workflow_uuid AND o.function_name = %s)",
-            [RUN_WORKFLOW, list(ACTIVE_WORKFLOW_STATES), str(step_name)],
-        )
-        return int(cur.fetchone()[0])
-
-
 def _error_text(raw: str | None) -> str | None:
     """DBOS stores a workflow's error serialized; the reconciler wants a readable line."""
     if raw is None:

@@ -45,8 +45,9 @@ RETENTION_SCHEDULE = "privacy-retention"
 # --- message topics ----------------------------------------------------------------------------
 
 STEER_TOPIC = "steer"
-"""Staff notes for runs recorded before notes were read from their table (messages carry
-only the note id); still sent, so such a run drains them."""
+"""Staff notes, sent as messages carrying only the note id. Runs of 0.2.0 on read notes
+from their table; the messages are still sent for a run of an older version that a draining
+worker of its own version finishes on the older turns (docs/deploys.md)."""
 
 LIMITED_TOPIC = "limited-reply"
 """A limited call's child sends its output on ``<topic>:<child workflow id>``."""

@@ -24,7 +24,7 @@ __all__ = ["receiver"]
 
 def _approval() -> Approval:
     return Approval.objects.get(
-        pk=gate_request(str(bare_run("NW-4").id), 1, gate_call(900, order="NW-1101"))["approval_id"]
+        pk=gate_request(str(bare_run("NW-4").id), 1, gate_call(900, order="NW-1101")).approval_id
     )
 
 

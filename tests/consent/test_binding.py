@@ -123,39 +123,37 @@ def test_a_rederived_call_under_an_earlier_approval_is_refused_and_the_approved_
     run = bare_run()
     run_id = str(run.id)
     asked = gate_request(run_id, 1, gate_call(3800))
-    approval = Approval.objects.get(pk=asked["approval_id"])
+    approval = Approval.objects.get(pk=asked.approval_id)
     approval_decide(approval=approval, user=user("owner@northwind.test"), approve=True)
 
     # A recovery re-derives the call with 48.00: the gate finds the same approval, never a fresh one...
     again = gate_request(run_id, 2, gate_call(4800))
-    assert again["approval_id"] == asked["approval_id"]
-    assert "amount_cents approved 3800, now 4800" in again["mismatch"]
+    assert again.approval_id == asked.approval_id
+    assert "amount_cents approved 3800, now 4800" in again.mismatch
     assert Approval.objects.filter(run=run).count() == 1
     # ...and resuming under it refuses, naming the difference.
-    verdict = gate_resume(run_id, 3, gate_call(4800), asked["approval_id"], 1.0)
-    assert verdict["verdict"] == "mismatch"
-    assert "amount_cents approved 3800, now 4800" in verdict["detail"]
+    verdict = gate_resume(run_id, 3, gate_call(4800), asked.approval_id, 1.0)
+    assert verdict.verdict == "mismatch"
+    assert "amount_cents approved 3800, now 4800" in verdict.detail
     # Even a caller that skipped the verdict cannot execute it: the effect re-checks the row.
-    out = execute_irreversible(run_id, 4, gate_call(4800), asked["approval_id"])
-    assert out == {
-        "stop": "approval_mismatch",
-        "detail": "the approval on record does not cover this exact call",
-    }
+    out = execute_irreversible(run_id, 4, gate_call(4800), asked.approval_id)
+    assert (out.stop, out.detail) == (
+        "approval_mismatch",
+        "the approval on record does not cover this exact call",
+    )
     assert Refund.objects.count() == 0
 
     # The call that was approved executes, once, however many times it is retried.
-    assert (
-        gate_resume(run_id, 5, gate_call(3800), asked["approval_id"], 1.0)["verdict"] == "approved"
-    )
-    first = execute_irreversible(run_id, 6, gate_call(3800), asked["approval_id"])
-    second = execute_irreversible(run_id, 6, gate_call(3800), asked["approval_id"])
-    assert first["ok"] and not first["replayed"] and second["replayed"]
+    assert gate_resume(run_id, 5, gate_call(3800), asked.approval_id, 1.0).verdict == "approved"
+    first = execute_irreversible(run_id, 6, gate_call(3800), asked.approval_id)
+    second = execute_irreversible(run_id, 6, gate_call(3800), asked.approval_id)
+    assert first.ok and not first.replayed and second.replayed
     assert Refund.objects.get().amount_cents == 3800
     # An approval for one call never covers another call, even with identical arguments.
     other = execute_irreversible(
-        run_id, 7, gate_call(3800, call_id="toolu_other"), asked["approval_id"]
+        run_id, 7, gate_call(3800, call_id="toolu_other"), asked.approval_id
     )
-    assert other["stop"] == "approval_mismatch"
+    assert other.stop == "approval_mismatch"
     assert Refund.objects.count() == 1
 
 
@@ -172,8 +170,8 @@ def test_a_request_step_re_executed_with_rewritten_arguments_is_refused_without_
 
     again = gate_request(run_id, 1, gate_call(4800))
 
-    assert again["approval_id"] == asked["approval_id"]
-    assert "amount_cents approved 3800, now 4800" in again["mismatch"]
+    assert again.approval_id == asked.approval_id
+    assert "amount_cents approved 3800, now 4800" in again.mismatch
     kept = Step.objects.get(run=run, seq=1)
     assert (kept.arguments, kept.args_hash, kept.attempts) == (
         row.arguments,
@@ -182,7 +180,7 @@ def test_a_request_step_re_executed_with_rewritten_arguments_is_refused_without_
     )
     assert kept.arguments["amount_cents"] == 3800
     assert Step.objects.filter(run=run).count() == 1
-    assert Approval.objects.get(pk=asked["approval_id"]).arguments["amount_cents"] == 3800
+    assert Approval.objects.get(pk=asked.approval_id).arguments["amount_cents"] == 3800
 
 
 def _gate_reads(run: Run) -> int:

@@ -90,7 +90,7 @@ def test_nw1s_refund_approved_at_a_smaller_amount_pays_that_amount_once_and_the_
 @pytest.fixture
 def opened(tseeded) -> Approval:
     run = bare_run()
-    return Approval.objects.get(pk=gate_request(str(run.id), 1, gate_call(3800))["approval_id"])
+    return Approval.objects.get(pk=gate_request(str(run.id), 1, gate_call(3800)).approval_id)
 
 
 @pytest.mark.parametrize(
@@ -168,7 +168,7 @@ def test_a_run_refuses_an_approved_call_that_is_wider_than_the_proposal(tseeded)
 
     run = bare_run()
     call_ = gate_call(3800)
-    approval = Approval.objects.get(pk=gate_request(str(run.id), 1, call_)["approval_id"])
+    approval = Approval.objects.get(pk=gate_request(str(run.id), 1, call_).approval_id)
     wider = {**approval.arguments, "amount_cents": 9000}
     # A row approved with a wider call: the trigger allows the transition, the run refuses.
     Approval.objects.filter(pk=approval.pk).update(
@@ -180,8 +180,8 @@ def test_a_run_refuses_an_approved_call_that_is_wider_than_the_proposal(tseeded)
     run.status = "running"
     run.save(update_fields=["status"])
     out = execute_irreversible(str(run.id), 2, call_, str(approval.id))
-    assert out["stop"] == "approval_mismatch"
-    assert "more than the 38.00 USD proposed" in out["detail"]
+    assert out.stop == "approval_mismatch"
+    assert "more than the 38.00 USD proposed" in out.detail
     assert Refund.objects.count() == 0 and LedgerEntry.objects.count() == 0
 
 

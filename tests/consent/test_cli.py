@@ -28,10 +28,10 @@ def _run(*args: str) -> str:
 
 def test_the_approvals_command_lists_id_run_tool_preview_hash_age_and_expiry(tseeded):
     nw_run = bare_run()
-    nw = Approval.objects.get(pk=gate_request(str(nw_run.id), 1, gate_call(3800))["approval_id"])
+    nw = Approval.objects.get(pk=gate_request(str(nw_run.id), 1, gate_call(3800)).approval_id)
     lu_run = bare_run("LU-2", "owner@lumen.test")
     lu = Approval.objects.get(
-        pk=gate_request(str(lu_run.id), 1, gate_call(17900, "toolu_lu", "LU-2311"))["approval_id"]
+        pk=gate_request(str(lu_run.id), 1, gate_call(17900, "toolu_lu", "LU-2311")).approval_id
     )
     Approval.objects.filter(pk=lu.pk).update(
         requested_at=lu.requested_at - dt.timedelta(hours=2, minutes=5)

@@ -52,14 +52,14 @@ def test_waiting_time_is_handed_back_once_even_when_the_resume_step_runs_again(t
     run = bare_run()
     asked = gate_request(str(run.id), 1, gate_call(3800))
     approval_decide(
-        approval=Approval.objects.get(pk=asked["approval_id"]),
+        approval=Approval.objects.get(pk=asked.approval_id),
         user=user("owner@northwind.test"),
         approve=True,
     )
     # The step re-executed after a crash before its checkpoint (same seq), then resumed again.
     for seq in (2, 2, 3):
-        verdict = gate_resume(str(run.id), seq, gate_call(3800), asked["approval_id"], 600.0)
-        assert verdict["verdict"] == "approved"
+        verdict = gate_resume(str(run.id), seq, gate_call(3800), asked.approval_id, 600.0)
+        assert verdict.verdict == "approved"
     run.refresh_from_db()
     assert run.waited_seconds == 600.0
 

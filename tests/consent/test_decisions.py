@@ -30,7 +30,7 @@ pytestmark = pytest.mark.django_db(transaction=True)
 def opened(tseeded) -> Approval:
     """A pending approval on a Northwind run (no workflow needed to refuse a decision)."""
     run = bare_run()
-    return Approval.objects.get(pk=gate_request(str(run.id), 1, gate_call(3800))["approval_id"])
+    return Approval.objects.get(pk=gate_request(str(run.id), 1, gate_call(3800)).approval_id)
 
 
 def test_a_decision_is_made_once(opened):

@@ -88,23 +88,17 @@ def test_escalation_follows_each_merchants_sla_and_never_touches_decided_or_expi
     tseeded,
 ):
     Merchant.objects.filter(slug="lumen").update(approval_sla_seconds=3600)
-    nw = Approval.objects.get(
-        pk=gate_request(str(bare_run().id), 1, gate_call(3800))["approval_id"]
-    )
+    nw = Approval.objects.get(pk=gate_request(str(bare_run().id), 1, gate_call(3800)).approval_id)
     lu_run = bare_run("LU-2", "owner@lumen.test")
     lu = Approval.objects.get(
-        pk=gate_request(str(lu_run.id), 1, gate_call(17900, "toolu_lu", "LU-2311"))["approval_id"]
+        pk=gate_request(str(lu_run.id), 1, gate_call(17900, "toolu_lu", "LU-2311")).approval_id
     )
     decided = Approval.objects.get(
-        pk=gate_request(str(bare_run("NW-3").id), 1, gate_call(100, "t_d", "NW-0918"))[
-            "approval_id"
-        ]
+        pk=gate_request(str(bare_run("NW-3").id), 1, gate_call(100, "t_d", "NW-0918")).approval_id
     )
     approval_decide(approval=decided, user=user("agent@northwind.test"), approve=False, reason="no")
     stale = Approval.objects.get(
-        pk=gate_request(str(bare_run("NW-2").id), 1, gate_call(100, "t_e", "NW-1077"))[
-            "approval_id"
-        ]
+        pk=gate_request(str(bare_run("NW-2").id), 1, gate_call(100, "t_e", "NW-1077")).approval_id
     )
     Approval.objects.filter(pk=stale.pk).update(
         expires_at=stale.requested_at + dt.timedelta(hours=2)
@@ -131,7 +125,7 @@ def test_the_worker_sweeps_on_a_dbos_schedule(dbos_executor):
 
     clear_of_its_firing(ESCALATION_SCHEDULE)  # or the minute sweep may escalate it before we do
     run = bare_run()
-    approval = Approval.objects.get(pk=gate_request(str(run.id), 1, gate_call(3800))["approval_id"])
+    approval = Approval.objects.get(pk=gate_request(str(run.id), 1, gate_call(3800)).approval_id)
     Approval.objects.filter(pk=approval.pk).update(
         requested_at=approval.requested_at - dt.timedelta(hours=5)
     )

@@ -9,6 +9,7 @@ import pytest
 from django.utils import timezone
 
 from agent.consent.gate import gate_request, gate_resume
+from agent.steps import Verdict
 from approvals.models import Approval, AuditEvent
 from approvals.services import DecisionRefused, approval_decide
 from deskhand.desk.models import Merchant, Refund
@@ -90,22 +91,20 @@ def test_the_ttl_is_the_merchants_and_a_recovery_after_expiry_never_opens_a_fres
     Merchant.objects.filter(slug="northwind").update(approval_ttl_seconds=90)
     run = bare_run()
     asked = gate_request(str(run.id), 1, gate_call(3800))
-    approval = Approval.objects.get(pk=asked["approval_id"])
+    approval = Approval.objects.get(pk=asked.approval_id)
     assert approval.expires_at - approval.requested_at == dt.timedelta(seconds=90)
-    assert (
-        asked["expires_at"] == approval.expires_at.isoformat()
-    )  # the wait's timeout comes from this
+    assert asked.expires_at == approval.expires_at.isoformat()  # the wait's timeout comes from this
 
     Approval.objects.filter(pk=approval.pk).update(
         expires_at=timezone.now() - dt.timedelta(seconds=1)
     )
-    assert gate_resume(str(run.id), 2, gate_call(3800), asked["approval_id"], 90.0) == {
-        "verdict": "expired"
-    }
+    assert gate_resume(str(run.id), 2, gate_call(3800), asked.approval_id, 90.0) == Verdict(
+        "expired"
+    )
     # The step re-executed after a crash, or the run recovered: the same, expired approval.
     again = gate_request(str(run.id), 3, gate_call(3800))
-    assert again["approval_id"] == asked["approval_id"] and again["status"] == "expired"
+    assert again.approval_id == asked.approval_id and again.status == "expired"
     assert Approval.objects.filter(run=run).count() == 1
-    assert gate_resume(str(run.id), 4, gate_call(3800), asked["approval_id"], 0.0) == {
-        "verdict": "expired"
-    }
+    assert gate_resume(str(run.id), 4, gate_call(3800), asked.approval_id, 0.0) == Verdict(
+        "expired"
+    )

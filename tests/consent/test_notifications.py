@@ -36,7 +36,7 @@ APPROVERS = ["agent@northwind.test", "owner@northwind.test"]  # not the viewer
 @pytest.fixture
 def requested(tseeded) -> Approval:
     run = bare_run()
-    return Approval.objects.get(pk=gate_request(str(run.id), 1, gate_call(3800))["approval_id"])
+    return Approval.objects.get(pk=gate_request(str(run.id), 1, gate_call(3800)).approval_id)
 
 
 def test_an_approval_requested_emails_each_approver_once_with_a_link_and_no_customer_words(
@@ -162,7 +162,7 @@ def test_a_webhook_receiver_sees_each_event_signed_with_one_delivery_id(tseeded,
     server = receiver()
     WebhookEndpoint.objects.create(merchant=bare_run().merchant, url=server.url, secret="s3cret")
     approval = Approval.objects.get(
-        pk=gate_request(str(bare_run("NW-4").id), 1, gate_call(900, order="NW-1101"))["approval_id"]
+        pk=gate_request(str(bare_run("NW-4").id), 1, gate_call(900, order="NW-1101")).approval_id
     )
     later = approval.requested_at + dt.timedelta(seconds=approval.merchant.approval_sla_seconds + 1)
     approvals_escalate_due(now=later)

@@ -79,7 +79,7 @@ def test_a_refund_above_the_rule_waits_for_a_person(dbos_executor, scripted, rul
 def test_the_fourth_small_refund_of_the_day_waits_for_a_person(rule):
     run = bare_run()
     statuses = [
-        gate_request(str(run.id), n, gate_call(500, call_id=f"toolu_{n}"))["status"]
+        gate_request(str(run.id), n, gate_call(500, call_id=f"toolu_{n}")).status
         for n in range(1, 5)
     ]
     assert statuses == ["approved", "approved", "approved", "pending"]
@@ -102,7 +102,7 @@ def test_two_runs_racing_for_the_last_slot_get_one_policy_approval_and_one_perso
     def race(run_id: str, seq: int, call_: dict) -> None:
         try:
             barrier.wait(10)
-            outcomes.append(gate_request(run_id, seq, call_)["status"])
+            outcomes.append(gate_request(run_id, seq, call_).status)
         except BaseException as exc:  # surfaced below
             errors.append(exc)
         finally:
@@ -140,7 +140,7 @@ def test_no_rule_ever_approves_an_email_even_one_written_into_the_table(rule):
         body="A body of some length.",
     )
     out = gate_request(str(bare_run().id), 1, {**email, "id": "toolu_mail"})
-    assert out["status"] == "pending"
+    assert out.status == "pending"
 
 
 def test_a_policy_never_approves_what_a_ceiling_refuses(rule):
@@ -148,7 +148,7 @@ def test_a_policy_never_approves_what_a_ceiling_refuses(rule):
     merchant.daily_refund_ceiling_cents = 800
     merchant.save(update_fields=["daily_refund_ceiling_cents"])
     out = gate_request(str(bare_run().id), 1, gate_call(1000))
-    assert "daily refund ceiling" in out["refused"]
+    assert "daily refund ceiling" in out.refused
     assert not Approval.objects.exists()  # nobody asked, no rule consulted, nothing approved
 
 
@@ -166,4 +166,4 @@ def test_only_an_owner_writes_the_policy_and_each_change_is_one_audit_event(rule
     with pytest.raises(IntegrityError, match="never edited"), transaction.atomic():
         ApprovalPolicy.objects.filter(pk=rule.pk).update(rules=[])
     # With the rules emptied, a small refund waits for a person again.
-    assert gate_request(str(bare_run().id), 1, gate_call(500))["status"] == "pending"
+    assert gate_request(str(bare_run().id), 1, gate_call(500)).status == "pending"

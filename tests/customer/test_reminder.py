@@ -60,7 +60,7 @@ def reminded(ticket, run: Run, monkeypatch) -> TicketMessage:
     [entry] = LedgerEntry.objects.filter(run=run, tool="reply_to_customer")
     assert entry.ok
     names = _checkpoint_names(str(run.pk))
-    assert "DBOS.patch-customer-reminder" in names and "customer.repark" in names
+    assert "customer.repark" in names
     # The sweep does not wake it again for the reminder; only the window's end would.
     assert customer_waits_sweep() == 0
     return reminder
@@ -154,8 +154,8 @@ def test_the_daily_limit_counts_the_reminder(dbos_executor, receiver, monkeypatc
 def test_a_run_parked_without_a_reminder_keeps_waiting_as_it_did(
     dbos_executor, receiver, tseeded, monkeypatch
 ):
-    # Its park was recorded without a reminder's time, as every park before the
-    # customer-reminder patch was: turning reminders on later sends it none.
+    # Its park was recorded without a reminder's time (the merchant wanted none then):
+    # turning reminders on later sends it none.
     Merchant.objects.filter(slug="northwind").update(auto_runs="new_tickets")
     ticket = new_ticket(receiver)
     run = asked(ticket)
@@ -173,7 +173,7 @@ def test_a_run_parked_without_a_reminder_keeps_waiting_as_it_did(
     assert (run.status, run.stop_reason) == ("exhausted", "customer_no_reply"), run.summary
     assert len(outbound(ticket)) == 1
     names = _checkpoint_names(str(run.pk))
-    assert "DBOS.patch-customer-reminder" not in names and "customer.repark" not in names
+    assert "customer.repark" not in names
 
 
 def _checkpoint_names(run_id: str) -> list[str]:

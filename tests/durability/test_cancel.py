@@ -159,17 +159,18 @@ def test_cancel_before_the_refund_takes_the_run_lock_moves_no_money(dbos_executo
 def test_an_effect_on_a_run_being_cancelled_performs_nothing_and_says_why(dbos_executor):
     """The step body itself, driven directly: on a cancelling run it refuses before the ledger."""
     from agent.ledger.effect import execute_irreversible
+    from agent.steps import Done
 
     run = wait_parked(str(start("NW-1", OWNER).id))
     approval = pending_approval(run)
     call = {"name": approval.tool, "id": approval.tool_call_id, "input": approval.arguments}
     Run.objects.filter(pk=run.pk).update(status="cancelling")
     out = execute_irreversible(str(run.pk), 99, call, str(approval.pk))
-    assert out == {
-        "stop": "cancelled",
-        "status": "cancelling",
-        "detail": "the run is cancelling; issue_refund was not performed",
-    }
+    assert out == Done(
+        stop="cancelled",
+        status="cancelling",
+        detail="the run is cancelling; issue_refund was not performed",
+    )
     assert not LedgerEntry.objects.exists() and not Step.objects.filter(run=run, seq=99).exists()
 
 

@@ -210,10 +210,9 @@ def test_a_dbos_fork_replay_would_refuse_is_cancelled_and_shown_for_a_person(dbo
 def test_a_dbos_fork_at_an_approval_request_asks_the_ledger_first_and_pays_nothing_again(
     dbos_executor,
 ):
-    """Since ``two-step-gate`` the request step itself asks the lineage's ledger before anyone
-    is asked (older runs had a ``ledger.lookup`` step before it, and a fork had to start
-    there), so a DBOS fork at the request is a run like any: the refund the original made
-    is answered from the ledger, nobody is asked, nothing is paid twice."""
+    """The request step itself asks the lineage's ledger before anyone is asked, so a DBOS
+    fork at the request is a run like any: the refund the original made is answered from the
+    ledger, nobody is asked, nothing is paid twice."""
     parent = finished_nw1()
     seq, request = dbos_step_of(parent, kind="approval", seq__lt=9)
     names = {s["function_name"] for s in dbos_client.workflow_steps(str(parent.pk))}

@@ -30,7 +30,7 @@ def test_the_loop_needs_no_execution_engine(tseeded):
     finally:
         clear_overrides()
     run.refresh_from_db()
-    assert outcome["status"] == "succeeded"
+    assert outcome.status == "succeeded"
     assert run.status == "succeeded"
     # One step a turn (notes, bounds and the call: agent.run.turns.turn), then the tool.
     assert rt.step_names[:4] == ["run.begin", "model", "tool.get_ticket", "model"]

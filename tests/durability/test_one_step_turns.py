@@ -1,7 +1,7 @@
-"""One DBOS operation per model turn: notes, bounds and the call in one step (``one-step-turns``).
+"""One DBOS operation per model turn: notes, bounds and the call in one step.
 
-The older sequence recorded four operations a turn (a ``DBOS.recv`` and its ``DBOS.sleep``
-to drain staff notes, ``bounds.check``, ``model``). These pin what the folded step must
+Until 0.2.0 older runs recorded four operations a turn (a ``DBOS.recv`` and its
+``DBOS.sleep`` to drain staff notes, ``bounds.check``, ``model``). These pin what the step must
 still do: take each note exactly once, hand a re-executed turn (retry, recovery, a fork
 asking again from that turn) the notes it recorded, and stop at a bound before any call.
 """
@@ -68,14 +68,14 @@ def test_a_run_records_one_dbos_operation_per_model_turn(dbos_executor):
     rows = Step.objects.filter(run=run).count()
     turns = Step.objects.filter(run=run, kind="model").count()
 
-    assert names[:2] == ["run.begin", "DBOS.patch-two-step-gate"]
+    assert names[0] == "run.begin" and not [n for n in names if n.startswith("DBOS.patch-")]
     assert names.count("model") == turns >= 2
     assert not {"DBOS.recv", "DBOS.sleep", "bounds.check", "notes.record"} & set(names)
-    # Every other operation writes a row of its own: the run's begin and its one patch
-    # marker are the only operations without one. The gate around the reply to the customer
-    # (approved by the owner's rule) is its request and its resume, each with its row: no
-    # ledger lookup, read or clock reading of its own (Patch.TWO_STEP_GATE).
+    # Every other operation writes a row of its own: the run's begin is the only operation
+    # without one. The gate around the reply to the customer (approved by the owner's rule)
+    # is its request and its resume, each with its row: no ledger lookup, read or clock
+    # reading of its own.
     assert not {"ledger.lookup", "gate.read", "clock"} & set(names), names
     assert names.count("gate.request") == names.count("gate.resume") >= 1
-    assert len(names) == rows + 2
+    assert len(names) == rows + 1
     assert len(names) / rows <= 1.3, (len(names), rows, names)

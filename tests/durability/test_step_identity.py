@@ -174,7 +174,7 @@ def test_the_closing_row_is_written_where_it_says(seeded):
     run = _run()
     _tool(run, 1)
     out = run_finish(str(run.pk), 2, "succeeded", "end_turn", "", "Done.")
-    assert out["status"] == "succeeded"
+    assert out.status == "succeeded"
     final = Step.objects.get(run=run, seq=2)
     assert final.kind == "final" and not final.payload.late
     assert isinstance(final.payload, payloads.EndPayload) and "Done." in final.payload.summary

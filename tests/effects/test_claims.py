@@ -15,12 +15,13 @@ import pytest
 from django.db.models import F
 
 from agent.consent.gate import gate_request
-from agent.ledger.effect import execute_irreversible, ledger_key, ledger_lookup
+from agent.ledger.effect import execute_irreversible, ledger_key
 from agent.ledger.intents import resolve_stale
 from agent.ledger.models import LedgerEntry
 from agent.models import Run, Step
 from agent.run import faults
 from agent.run.services import run_cancel, run_create
+from agent.steps import Done
 from agent.tools import args_hash
 from approvals.models import Approval
 from approvals.services import approval_decide
@@ -63,7 +64,7 @@ def approved_refund(amount: int = 3800) -> tuple[Run, dict, Approval]:
     }
     request = gate_request(str(run.pk), 1, call)
     approval = approval_decide(
-        approval=Approval.objects.get(pk=request["approval_id"]),
+        approval=Approval.objects.get(pk=request.approval_id),
         user=user(OWNER),
         approve=True,
         channel="cli",
@@ -71,7 +72,7 @@ def approved_refund(amount: int = 3800) -> tuple[Run, dict, Approval]:
     return run, call, approval
 
 
-def execute(run: Run, call: dict, approval: Approval) -> dict:
+def execute(run: Run, call: dict, approval: Approval) -> Done:
     return execute_irreversible(str(run.pk), 2, call, str(approval.pk))
 
 
@@ -91,8 +92,8 @@ def test_same_key_with_a_different_amount_fails_with_the_providers_reason_and_pa
 
     out = execute(run, call, approval)
 
-    assert out["ok"] is False
-    assert "idempotency_error" in out["text"] and "same parameters" in out["text"]
+    assert out.ok is False
+    assert "idempotency_error" in out.text and "same parameters" in out.text
     assert len(api.refunds) == 1 and api.refunds[0]["amount"] == 1900  # no second refund
     entry = LedgerEntry.objects.get()
     assert (entry.state, entry.key) == ("failed", key)
@@ -116,7 +117,7 @@ def test_a_re_executed_step_repeats_the_call_under_the_same_key_and_pays_once(
     faults.clear()
     out = execute(run, call, approval)  # the step, re-executed
 
-    assert out["ok"] is True and "Refunded 38.00 USD" in out["text"]
+    assert out.ok is True and "Refunded 38.00 USD" in out.text
     assert len(api.refunds) == 1
     posts = [r for r in api.requests if r.method == "POST"]
     assert len(posts) == 2 and posts[1].replayed
@@ -141,7 +142,7 @@ def test_a_claim_past_the_key_window_is_looked_up_and_never_sent_again(
 
     out = execute(run, call, approval)
 
-    assert out["ok"] is True
+    assert out.ok is True
     assert len(api.refunds) == 1
     assert len([r for r in api.requests if r.method == "POST"]) == 1  # looked up, not re-sent
     assert LedgerEntry.objects.get().state == "done"
@@ -160,7 +161,7 @@ def test_a_claim_never_sent_and_past_the_window_is_found_not_made_and_released(
 
     out = execute(run, call, approval)
 
-    assert out["ok"] is False and "not_made" in out["text"]
+    assert out.ok is False and "not_made" in out.text
     assert api.refunds == [] and [r.method for r in api.requests] == ["GET"]
     assert LedgerEntry.objects.get().state == "failed"
     assert Refund.objects.count() == 0
@@ -205,7 +206,7 @@ def test_a_cancelled_runs_claim_is_only_looked_up_when_its_step_runs_again(
 
     out = execute(run, call, approval)  # e.g. a step that was in flight finishing late
 
-    assert out["ok"] is False
+    assert out.ok is False
     assert api.refunds == [] and "POST" not in [r.method for r in api.requests]
     # Not listed yet, but young: it stays pending rather than be declared not made.
     entry = LedgerEntry.objects.get()
@@ -223,7 +224,7 @@ def test_a_pending_claim_answers_the_same_refund_proposed_again_so_it_is_never_a
 
     # The model proposes the same refund under a fresh call id (a real model always does).
     again = {**call, "id": "toolu_claim_2"}
-    answer = ledger_lookup(str(run.pk), again)
+    answer = gate_request(str(run.pk), 3, again).done
 
-    assert answer is not None and answer["ok"] is False
-    assert "not yet confirmed" in answer["text"] and "Not performed again" in answer["text"]
+    assert answer is not None and answer.ok is False
+    assert "not yet confirmed" in answer.text and "Not performed again" in answer.text

@@ -9,12 +9,14 @@ way forward is ``DBOS.patch`` or a new application version, and then this file.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
 from dbos._dbos import _get_or_create_dbos_registry
 from django.conf import settings
 
+from agent import steps
 from agent.runtime import RETRYABLE_STEPS, TOOL_STEP_PREFIX, Patch, StepName, tool_step
 from agent.tools import REGISTRY
 from deskhand.dbos import names
@@ -27,40 +29,87 @@ def test_the_step_names_a_run_records_are_the_pinned_ones():
     assert {s.value for s in StepName} == {
         "run.begin",
         "model",
-        "ledger.lookup",
         "gate.request",
-        "gate.read",
         "gate.resume",
-        "clock",
         "customer.park",
         "customer.read",
         "customer.resume",
         "customer.repark",
         "run.finish",
         "run.fail",
-        "bounds.check",
-        "notes.record",
     }
     assert TOOL_STEP_PREFIX == "tool." and tool_step("issue_refund") == "tool.issue_refund"
     assert {s.value for s in RETRYABLE_STEPS} == {
         "run.begin",
-        "bounds.check",
         "model",
-        "gate.read",
-        "ledger.lookup",
         "customer.read",
     }
 
 
 def test_the_patch_names_are_the_pinned_ones():
-    assert [p.value for p in Patch] == [
-        "one-step-turns",
-        "fence-in-opening-turn",
-        "unknown-stop-reason-ends-run",
-        "model-calls-rate-limited",
-        "customer-reminder",
-        "two-step-gate",
-    ]
+    # None since the 0.2.0 baseline retired every older path (docs/deploys.md).
+    assert [p.value for p in Patch] == []
+
+
+def test_the_step_outputs_are_the_pinned_types():
+    """What each step's checkpoint holds: its type's fields, in its JSON form, at version 1.
+    A change here strands every run parked past that step, unless it ships under a new
+    application version (docs/deploys.md)."""
+    pinned = {
+        steps.Begun: ["status", "prompt", "ticket", "fence_token", "next_seq"],
+        steps.Bounds: ["reason", "detail", "steps_left"],
+        steps.Wait: ["seconds", "reason", "until", "attempts", "waited"],
+        steps.Reply: [
+            "content",
+            "stop_reason",
+            "provider_error",
+            "kind",
+            "transient",
+            "attempts",
+            "wait",
+        ],
+        steps.Turn: ["notes", "next_seq", "bounds", "reply"],
+        steps.Done: ["text", "ok", "replayed", "stop", "status", "detail"],
+        steps.Opened: [
+            "done",
+            "closed",
+            "refused",
+            "mismatch",
+            "approval_id",
+            "status",
+            "expires_at",
+            "topic",
+        ],
+        steps.Verdict: [
+            "verdict",
+            "status",
+            "reason",
+            "detail",
+            "expires_at",
+            "changed",
+            "decided_by",
+        ],
+        steps.Parked: ["closed", "topic", "until", "after", "asked_at", "call_id", "remind_at"],
+        steps.Seen: ["answered", "passed", "remind"],
+        steps.Reparked: ["closed", "until"],
+        steps.Answered: ["verdict", "text", "detail", "status"],
+        steps.Finished: ["status", "stop_reason"],
+    }
+    types = {t for t in vars(steps).values() if isinstance(t, type) and t is not steps.Recorded}
+    assert {t for t in types if issubclass(t, steps.Recorded)} == set(pinned)
+    for kind, fields in pinned.items():
+        assert [f.name for f in dataclasses.fields(kind)] == fields, kind.__name__
+        assert kind.VERSION == 1, kind.__name__
+    turn = steps.Turn([], 3, steps.Bounds(steps_left=4), steps.Reply(wait=steps.Wait(1.5)))
+    assert turn.to_json()["reply"]["wait"] == {
+        "v": 1,
+        "seconds": 1.5,
+        "reason": "",
+        "until": "",
+        "attempts": 0,
+        "waited": 0.0,
+    }
+    assert steps.Turn.from_json(json.loads(json.dumps(turn.to_json()))) == turn
 
 
 def test_the_workflow_schedule_topic_and_queue_names_are_the_pinned_ones():
@@ -86,7 +135,7 @@ def test_the_workflow_schedule_topic_and_queue_names_are_the_pinned_ones():
     assert settings.DESKHAND_QUEUE == "deskhand-runs"
     assert names.QUEUE_CHANNEL == "deskhand_queue"
     # A limited call's child is handed a key for the step it runs, stored in its input.
-    assert set(LIMITED_STEPS) == {"model", "turn"}
+    assert set(LIMITED_STEPS) == {"turn"}
 
 
 def test_dbos_knows_the_workflows_and_steps_by_exactly_these_names():
@@ -121,9 +170,10 @@ def test_the_intake_names_are_the_pinned_ones():
 
 
 def test_every_name_a_parked_run_recorded_is_one_todays_code_still_answers_to():
-    """The recorded fixtures come from earlier releases: each name in their histories is a
-    step today's code records under that name, a tool it still has, a patch it still asks,
-    or one of DBOS's own operations."""
+    """The recorded fixtures this code replays: each name in their histories is a step today's
+    code records under that name, a tool it still has, a patch it still asks, or one of DBOS's
+    own operations. (The fixture of the release before the 0.2.0 baseline is finished by a
+    worker of its own version, on its own code: test_upgrade.py.)"""
     known = {s.value for s in StepName} | {names.LIMITED_CALL_WORKFLOW}
     known |= {f"DBOS.patch-{p.value}" for p in Patch}
     known |= {"DBOS.recv", "DBOS.sleep", "DBOS.getResult", "DBOS.send"}
@@ -131,7 +181,8 @@ def test_every_name_a_parked_run_recorded_is_one_todays_code_still_answers_to():
     recorded = {
         fixture.name: set(json.loads(fixture.read_text())["step_names"])
         for fixture in sorted(PARKED.glob("*.json"))
+        if fixture.name != "nw1_at_gate_0.1.0.json"
     }
-    assert len(recorded) >= 4, recorded.keys()
+    assert recorded, "no recorded fixture"
     unknown = {name: sorted(steps - known) for name, steps in recorded.items() if steps - known}
     assert unknown == {}, unknown

@@ -15,7 +15,7 @@ import datetime as dt
 from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar
 
-from agent.runtime import current_step_id
+from agent.runtime import current_step_id, recorded
 from approvals.models import Approval, ApprovalStatus
 
 T = TypeVar("T")
@@ -35,8 +35,9 @@ class InlineRuntime:
     async def step(self, name: str, fn: Callable[..., T], *args: Any) -> T:
         self.step_names.append(name)
         token = current_step_id.set(len(self.step_names))
+        as_recorded, read_back = recorded(fn)  # through JSON, as a checkpoint is
         try:
-            return fn(*args)
+            return read_back(as_recorded(*args))
         finally:
             current_step_id.reset(token)
 
@@ -52,12 +53,6 @@ class InlineRuntime:
         if approval.status == ApprovalStatus.PENDING:
             self.decide(approval, self)
         return None
-
-    async def drain(self, topic: str) -> list[Any]:
-        return []
-
-    async def now(self) -> dt.datetime:
-        return dt.datetime.now(dt.UTC) + self.offset
 
     async def patch(self, name: str) -> bool:
         return True  # a run started now takes every patched path

@@ -170,7 +170,7 @@ def test_random_models_and_deciders_never_break_consent_the_ledger_or_the_ceilin
         finally:
             clear_overrides()
         run.refresh_from_db()
-        assert outcome["status"] in TERMINAL_STATUSES and run.status in TERMINAL_STATUSES
+        assert outcome.status in TERMINAL_STATUSES and run.status in TERMINAL_STATUSES
         ends = Step.objects.filter(
             run=run, kind__in=(StepKind.FINAL, StepKind.BOUND, StepKind.ERROR)
         )
@@ -223,14 +223,14 @@ def test_the_ledger_never_holds_two_claims_for_one_key(
             )  # fmt: skip
             out = execute_irreversible(str(run.pk), seq, call, str(approval.pk))
             key = f"{which} {ledger_key(root, call_id, args_hash('issue_refund', args))}"
-            if "stop" not in out:
+            if not out.stop:
                 assert (
-                    first_text.setdefault(key, out["text"]) == out["text"]
+                    first_text.setdefault(key, out.text) == out.text
                 )  # a replay returns the record
             else:
                 # The root is closed (nothing new happens on it), or the approval on record
                 # for this call id covers other arguments.
-                assert out["stop"] in ("closed", "approval_mismatch")
+                assert out.stop in ("closed", "approval_mismatch")
         assert _violations() == []
         keys = list(LedgerEntry.objects.values_list("key", flat=True))
         assert len(keys) == len(set(keys))

@@ -118,8 +118,8 @@ def test_forks_never_pay_twice_and_a_different_amount_under_the_same_call_is_ref
         and not answered[0]["is_error"]
     )
 
-    # 3. From the approval request: the fork starts at the ledger lookup before it, so a call
-    #    performed since is answered, not asked again.
+    # 3. From the approval request: the request asks the ledger first, so a call performed
+    #    since is answered, not asked again.
     provide(PolicyProvider())
     gate = fork(original, requested)
     assert gate.status == "succeeded" and gate.approvals.count() == 0

@@ -25,23 +25,24 @@ as ``$pk``; ``load`` gives each a new key and rewrites what named the old one: a
 row (``$recorded``) and the checkpoint outputs listed in ``KEYS_IN_OUTPUTS`` (the park's topic
 and the question's line), which within one database never change.
 
-``tests/fixtures/parked/customer_wait_before_reminder.json`` was recorded that way on commit
-1ef7b1a, the first parent of 8f69526 ("Merge branch 'remind'"), the last commit before the
-reminder changed the wait's step sequence (``Patch.CUSTOMER_REMINDER``). To re-record it (or
-record another case on an old commit), run this file's current version against the old code,
-from a throwaway worktree, and keep only the JSON::
+``tests/fixtures/parked/nw1_at_gate_0.1.0.json`` was recorded on commit b64e4ff, the last of
+0.1.0, before the 0.2.0 baseline retired its older paths (docs/deploys.md). To record a case
+on an old commit, run this file's current version against the old code, from a throwaway
+worktree, under the old release's application version, and keep only the JSON::
 
-    git worktree add --detach /work/wt-old 1ef7b1a
-    cp tests/support/parked_fixture.py /work/wt-old/tests/support/
-    cd /work/wt-old && PYTHONPATH=$PWD DESKHAND_DATA_DIR=<this checkout>/.deskhand \
-        <this checkout>/.venv/bin/python -m tests.support.parked_fixture record --customer-wait \
-        tests/fixtures/parked/customer_wait_before_reminder.json
-    cp tests/fixtures/parked/customer_wait_before_reminder.json <this checkout>/tests/fixtures/parked/
-    cd - && git worktree remove --force /work/wt-old
+    git worktree add --detach /tmp/wt-old b64e4ff
+    cp tests/support/parked_fixture.py /tmp/wt-old/tests/support/
+    cd /tmp/wt-old && PYTHONPATH=$PWD DESKHAND_APP_VERSION=deskhand-0.1.0 \
+        DESKHAND_DATA_DIR=<this checkout>/.deskhand \
+        <this checkout>/.venv/bin/python -m tests.support.parked_fixture record \
+        <this checkout>/tests/fixtures/parked/nw1_at_gate_0.1.0.json
+    cd - && git worktree remove --force /tmp/wt-old
 
 ``PYTHONPATH`` puts the old checkout before this venv's editable install (``record`` refuses to
-run code from anywhere but its own checkout); ``DESKHAND_DATA_DIR`` shares this checkout's
-embedded Postgres. The fixture's ``commit`` names the code that ran.
+run code from anywhere but its own checkout); ``DESKHAND_APP_VERSION`` is needed because the
+version otherwise comes from the installed package's metadata, which is this checkout's;
+``DESKHAND_DATA_DIR`` shares this checkout's embedded Postgres. The fixture's ``commit`` names
+the code that ran.
 
 ``load`` inserts those rows by column name (columns the current schema added
 get their model default or database default; columns it dropped are ignored),

@@ -108,10 +108,10 @@ def test_the_ticket_reaches_the_model_with_the_customers_address_and_number_mask
 def test_the_step_row_keeps_the_masked_form_the_model_saw(nw1):
     call_ = {"id": "toolu_1", "name": "get_order", "input": {"reference": "NW-1042"}}
     out = execute_tool(str(nw1.pk), 1, call_)
-    assert out["ok"] and "d***@e***.com" in out["text"]
-    assert "dana.whitfield@example.com" not in out["text"]
+    assert out.ok and "d***@e***.com" in out.text
+    assert "dana.whitfield@example.com" not in out.text
     step = Step.objects.get(run=nw1, seq=1)
-    assert step.payload.text == out["text"]  # type: ignore[union-attr]
+    assert step.payload.text == out.text  # type: ignore[union-attr]
 
 
 def test_get_customer_takes_the_address_as_the_model_saw_it_and_only_for_its_ticket(nw1):

@@ -83,10 +83,6 @@ class Command(DeskhandCommand):
                     f"runs waiting on version {version or '(none)'}: {n}, and no live worker serves it"
                     f" — start a {version} worker to drain them, or: manage.py move_runs --from {version}"
                 )
-        w(
-            f"runs on the pre-one-step-turns path: {r.legacy_turn_runs}"
-            + (" (agent/run/legacy_turns.py can be retired)" if not r.legacy_turn_runs else "")
-        )
         w(f"stuck runs: {len(r.stuck_runs)}")
         for s in r.stuck_runs[:20]:
             w(f"  {s['run_id']} {s['status']}: {s['why']} for {s['for_s']} s")

@@ -38,7 +38,7 @@ from agent.management import divergence
 from agent.management.helpers import print_outcome, run_by_id, user_by_email, wait_for_rest
 from agent.models import Run, Step
 from agent.privacy.redaction import replay_refusal
-from agent.replay import rebuild, timeline
+from agent.replay import compat, rebuild, timeline
 from agent.replay.fork import fork_run
 from agent.run import payloads
 from agent.run.payloads import StepKind
@@ -313,8 +313,7 @@ class Command(DeskhandCommand):
             )
         else:
             w(
-                "system: this run was recorded before prompt versions were kept, so its system "
-                "prompt is not stored; today's (agent/conversation/prompts.py) is shown"
+                compat.UNVERSIONED_SYSTEM
                 + (
                     ", and whether it is what the call was sent is not known"
                     if view.prompt_sha256 is None

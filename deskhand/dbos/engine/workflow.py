@@ -10,19 +10,17 @@ protocol with DBOS. The steps, by their recorded names (``agent.runtime.StepName
    one provider call, recorded with its cost (``agent.run.turns.turn``). A child workflow
    ``deskhand.limited_call`` on the provider's rate-limited queue runs it
    (``limited_step``), and a wait the API names is slept with ``DBOS.sleep_async`` before
-   the turn is asked again. (Runs recorded before ``one-step-turns`` take a notes drain,
-   ``notes.record`` and ``bounds.check`` before a ``model`` step that only calls:
-   ``agent.run.legacy_turns``.)
+   the turn is asked again.
 3. ``tool.<name>``    — one tool call (reads and reversible tools)
 4. ``gate.request`` / ``gate.resume`` — the approval gate (the ledger's answer, the
    request, then the decision read and settled), with ``DBOS.recv`` waits in between (async:
-   no thread held). (Runs recorded before ``two-step-gate`` take ``ledger.lookup``,
-   ``gate.read`` and ``clock`` steps around them too.)
+   no thread held).
 5. ``tool.<irreversible>`` — the approved effect, through the ledger; never retried
 6. ``run.finish`` / ``run.fail`` — the truthful terminal state
 
 Django code in steps runs in a worker thread (``asyncio.to_thread``), never on the event
-loop that thousands of parked runs share.
+loop that thousands of parked runs share. Each step's output is checkpointed as its type's
+JSON form and read back as the type (``agent.runtime.recorded``, ``agent.steps``).
 """
 
 from __future__ import annotations
@@ -41,8 +39,8 @@ from agent.models import Run
 from agent.replay.fork import limited_call_refuse, workflow_adopt
 from agent.run import faults
 from agent.run.lifecycle import run_fail
-from agent.run.turns import model_turn, turn
-from agent.runtime import RETRYABLE_STEPS, StepName, current_step_id
+from agent.run.turns import turn
+from agent.runtime import RETRYABLE_STEPS, StepName, current_step_id, recorded
 from deskhand.crashpoints import Point
 from deskhand.dbos.engine.queues import kick_queues, model_queue, queues_kicked_while_waiting
 from deskhand.dbos.names import LIMITED_CALL_WORKFLOW, RUN_WORKFLOW, limited_reply_topic
@@ -127,14 +125,9 @@ def _provider_of(run_id: str) -> str:
 # The steps ``limited_step`` may run as a child workflow, by key: a queued workflow gets
 # its arguments from the database, so it is handed a key, never a function (the keys are
 # persisted in each child's input: compatibility data). The key is not the checkpoint's
-# name: both record a step named "model" (the whole turn, on runs that took the
-# ``one-step-turns`` patch; the call alone before it, agent.run.legacy_turns).
-LIMITED_STEPS: dict[str, Callable[..., Any]] = {"model": model_turn, "turn": turn}
+# name: the whole turn is recorded as "model".
+LIMITED_STEPS: dict[str, Callable[..., Any]] = {"turn": turn}
 _STEP_NAME = {"turn": StepName.MODEL.value}
-
-
-def _now() -> str:
-    return dt.datetime.now(dt.UTC).isoformat()
 
 
 class DBOSRuntime:
@@ -151,10 +144,15 @@ class DBOSRuntime:
         return self._run_id
 
     async def step(self, name: str, fn: Callable[..., T], *args: Any) -> T:
+        as_recorded, read_back = recorded(fn)
+        return read_back(await self._record(name, as_recorded, *args))
+
+    async def _record(self, name: str, fn: Callable[..., Any], *args: Any) -> Any:
+        """Run ``fn`` as a DBOS step; its output (JSON) as checkpointed, fresh or replayed."""
         name = str(name)  # a StepName is recorded as its plain value
         fid = self._function_id
 
-        async def body() -> T:
+        async def body() -> Any:
             if name != StepName.MODEL:
                 return await asyncio.to_thread(_in_thread, name, fn, *args, function_id=fid)
             if self._merchant is None:
@@ -199,8 +197,7 @@ class DBOSRuntime:
                 msg = {"output": await handle.get_result()}
         if "error" in msg:
             raise LimitedCallFailed(msg["error"])
-        result: T = msg["output"]
-        return result
+        return recorded(fn)[1](msg["output"])
 
     async def sleep(self, seconds: float) -> None:
         await DBOS.sleep_async(max(0.0, seconds))
@@ -214,19 +211,9 @@ class DBOSRuntime:
         faults.at(Point.BEFORE_WAIT, topic.split(":", 1)[0])
         return await DBOS.recv_async(topic, timeout_seconds=max(0.0, timeout))
 
-    async def drain(self, topic: str) -> list[Any]:
-        out = []
-        while (msg := await DBOS.recv_async(topic, timeout_seconds=0)) is not None:
-            out.append(msg)
-        return out
-
     async def patch(self, name: str) -> bool:
         # DBOS.patch (sync) refuses to run inside this async workflow.
         return bool(await DBOS.patch_async(name))
-
-    async def now(self) -> dt.datetime:
-        iso = await DBOS.run_step_async({"name": StepName.CLOCK.value}, _now)
-        return dt.datetime.fromisoformat(iso)
 
 
 @DBOS.workflow(name=LIMITED_CALL_WORKFLOW, max_recovery_attempts=10_000)
@@ -250,7 +237,8 @@ async def limited_call(key: str, run_id: str, *args: Any) -> Any:
         return {"refused": await asyncio.to_thread(_outside, limited_call_refuse, child, run_id)}
     try:
         name = _STEP_NAME.get(key, key)
-        out = await DBOSRuntime(run_id, at).step(name, LIMITED_STEPS[key], run_id, *args)
+        as_recorded = recorded(LIMITED_STEPS[key])[0]  # the child sends the JSON it recorded
+        out = await DBOSRuntime(run_id, at)._record(name, as_recorded, run_id, *args)
     except Exception as exc:
         if type(exc).__name__ not in _CANCELLED:
             await DBOS.send_async(run_id, {"error": f"{type(exc).__name__}: {exc}"[:2000]}, topic)
@@ -274,7 +262,7 @@ async def run_workflow() -> dict[str, Any]:
         return {"status": "refused", "detail": refusal}
     rt = DBOSRuntime(run_id)
     try:
-        return await run_agent(rt)
+        return (await run_agent(rt)).to_json()
     except Exception as exc:
         if type(exc).__name__ in _CANCELLED:
             raise

@@ -44,8 +44,8 @@ def the_ledger_catches_a_double_execution(h: Harness) -> None:
     first = LedgerEntry.objects.get(run=run, tool="issue_refund")
     # What DBOS does after a crash between the refund's commit and its checkpoint.
     again = execute_irreversible(str(run.pk), step.seq, call, str(first.approval_id))
-    expect_eq(again.get("replayed"), True, "second execution replayed")
-    expect_eq(again.get("text"), first.result, "second execution returns the recorded result")
+    expect_eq(again.replayed, True, "second execution replayed")
+    expect_eq(again.text, first.result, "second execution returns the recorded result")
     expect_eq(Refund.objects.filter(order__reference="NW-1042").count(), 1, "refunds")
     expect_eq(LedgerEntry.objects.filter(tool="issue_refund").count(), 1, "ledger entries")
     step.refresh_from_db()
