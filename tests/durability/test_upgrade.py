@@ -321,7 +321,10 @@ PREVIOUS_VERSION = parked_fixture.FIXTURE.with_name("nw1_at_gate_0.1.0.json")
 def _checkout(commit: str, into: Path) -> Path:
     """The previous release's code, as a draining worker of that version runs it."""
     if subprocess.run(["git", "-C", str(ROOT), "cat-file", "-e", commit]).returncode != 0:
-        pytest.skip(f"commit {commit[:7]} (the previous release) is not in this clone")
+        pytest.fail(
+            f"commit {commit[:7]} (the previous release, whose worker this test runs) is not in"
+            " this clone: the test needs the repository's history (git fetch --unshallow)."
+        )
     subprocess.run(
         ["git", "-C", str(ROOT), "worktree", "add", "--detach", str(into), commit],
         check=True,
