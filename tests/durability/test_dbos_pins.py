@@ -136,7 +136,10 @@ def test_the_workflow_columns_moved_by_hand_exist(transactional_db):
 
 
 def test_a_decision_whose_notify_was_lost_is_delivered_by_the_worker_sweep(dbos_executor):
-    assert recv_recheck.recv_recheck_seconds() >= 3600  # the per-run timer is stretched
+    from dbos._dbos import _get_dbos_instance
+
+    sysdb = _get_dbos_instance()._sys_db
+    assert sysdb._event_recheck_interval() >= 3600  # the per-run timer is stretched
     run = start("NW-1", "owner@northwind.test")
     wait_parked(str(run.pk))
     # Parked: the gate's row is written just before the recv starts.
@@ -267,12 +270,14 @@ def test_the_internal_queue_polls_at_the_fallback_interval_and_a_kick_starts_its
     every second: each poll walks every active workflow, parked runs included. Work put
     on it with a kick starts at once all the same."""
     from dbos import DBOS
+    from dbos._dbos import _get_dbos_instance
     from django.conf import settings
 
     from deskhand.dbos.engine.queues import kick_queues
     from deskhand.dbos.names import ESCALATION_SCHEDULE
 
-    assert internal_queue_poll.internal_queue_poll_seconds() == settings.DESKHAND_QUEUE_POLL_SEC
+    internal = _get_dbos_instance()._registry.get_internal_queue()
+    assert internal._polling_interval_sec == settings.DESKHAND_QUEUE_POLL_SEC
     assert settings.DESKHAND_QUEUE_POLL_SEC >= 5.0
     internal_queue_poll.set_internal_queue_poll(60.0)
     try:

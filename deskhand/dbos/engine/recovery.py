@@ -63,16 +63,9 @@ _sweeper = _Sweeper()
 
 
 class StagedRecovery(threading.Thread):
-    """Hands a restarted worker's own parked runs back to its queue a batch at a time.
-
-    DBOS's startup recovery would re-enqueue thousands at once; replaying them together
-    takes a minute or more on one core, and a run whose decision arrived while the worker
-    was down waits somewhere in that crowd. Staged (``staged_recovery.stage_own_pending``),
-    they are released ``batch`` at a time while fewer than ``max_replaying`` replay in
-    this process or wait, released, to be dequeued; runs with a message waiting first, at
-    the start and in every later batch, so a decision that arrives mid-way jumps the rest.
-    Only while the lease holds.
-    """
+    """Hands a restarted worker's staged parked runs back (``workarounds.staged_recovery``):
+    ``batch`` at a time while fewer than ``max_replaying`` replay here or wait to be dequeued,
+    runs with a message waiting first in every batch. Only while the lease holds."""
 
     def __init__(
         self,

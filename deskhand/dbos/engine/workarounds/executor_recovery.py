@@ -1,23 +1,15 @@
-"""Recovering an executor's ``PENDING`` workflows on demand: another's (takeover), or our own stranded.
+"""Recovering an executor's ``PENDING`` workflows on demand: a dead one's, or our own stranded.
 
-**DBOS behaviour used.** Without DBOS Conductor, DBOS 3.4 recovers an executor's workflows
-only at launch, and only its own. ``DBOS._recover_pending_workflows(executor_ids)`` (the
-function the 2.x admin endpoint wrapped) re-enqueues each ``PENDING`` workflow of those
-executors *at this process's application version* and **logs and swallows** a failure
-per workflow (dbos-transact-py #716), so ``recover_executor`` counts what is still pending
-afterwards and retries; the caller retries again on its next scan.
-``recover_own_stranded`` uses ``_active_workflows_set.activeList()`` and
-``SystemDatabase.reenqueue_for_recovery`` for a workflow whose coroutine died while
-Postgres was away (its error could not be recorded either): it stays ``PENDING`` under a
-*live* executor, which DBOS recovers only when it starts. Found by ``manage.py chaos``.
+**Uses** ``DBOS._recover_pending_workflows(executor_ids)``, the only way without Conductor
+to recover another executor's workflows; it **swallows** a failure per workflow
+(dbos-transact-py #716), so ``recover_executor`` counts what is left and retries. And
+``_active_workflows_set`` + ``reenqueue_for_recovery`` for a workflow whose coroutine died
+while Postgres was away (found by ``manage.py chaos``): ``PENDING`` under a live executor.
 
-**What it buys.** Not CPU: the behaviour itself. Without it a dead worker's runs wait for a
-worker with its executor id to start again (``takeover_s`` has no value), and a stranded
-run waits for its worker's restart.
+**Buys** the behaviour itself, not CPU: without it a dead worker's runs wait for its id to
+start again (no ``takeover_s``), and a stranded run for its worker's restart.
 
-**Retired by** a public recovery call for a given executor id (a 3.x ``DBOS.recover`` or
-the admin endpoint back) that reports failures instead of swallowing them, and DBOS
-re-enqueueing a workflow whose execution ended without a recorded outcome.
+**Retired by** a public recovery call for an executor id that reports failures.
 """
 
 from __future__ import annotations
@@ -86,13 +78,8 @@ def recover_executor(
 
 
 def recover_own_stranded(executor_id: str, app_version: str, min_age_s: float = 10.0) -> list[str]:
-    """Re-enqueue this executor's ``PENDING`` workflows that no longer execute in this process.
-
-    A workflow is stranded when its execution ended here without DBOS recording how: DBOS
-    still says ``PENDING`` under this live executor, so no takeover touches it and this
-    process's startup recovery is long past. Only rows untouched for ``min_age_s`` count,
-    so a workflow just claimed but not yet running is left alone.
-    """
+    """Re-enqueue this executor's ``PENDING`` workflows that no longer execute in this process
+    (stranded). Only rows untouched for ``min_age_s`` count: one just claimed is left alone."""
     from dbos._dbos import _get_dbos_instance
     from dbos._utils import INTERNAL_QUEUE_NAME
 

@@ -1,19 +1,15 @@
-"""A restart with thousands parked: the worker's own runs recovered in stages, decided runs first.
+"""A restart with many parked: the worker's own runs recovered in batches, decided runs first.
 
-**DBOS behaviour changed.** At launch DBOS 3.4 re-enqueues every ``PENDING`` workflow of
-its executor id at once (``get_pending_workflows`` → ``_recover_workflow``), and thousands
-of parked runs replaying together take a minute or more, a run whose decision arrived
-while the worker was down somewhere in that crowd. Before launch, ``stage_own_pending``
-moves them to ``<id>#staged`` with a raw UPDATE on ``dbos.workflow_status`` (DBOS then
-finds none to recover), and ``deskhand.dbos.engine.recovery.StagedRecovery`` hands them
-back with ``reenqueue_for_recovery`` a batch at a time, runs with a message waiting first,
-while ``replaying`` (``_active_workflows_set`` less the waiting ``recv``s) is low.
+**Changes** DBOS 3.4's startup recovery, which re-enqueues every ``PENDING`` workflow of
+its executor id at once (a decided run replays somewhere in that crowd): before launch
+``stage_own_pending`` moves them to ``<id>#staged`` (a raw UPDATE of ``dbos.workflow_status``),
+and ``deskhand.dbos.engine.recovery.StagedRecovery`` hands them back with
+``reenqueue_for_recovery`` a batch at a time, runs with a message waiting first.
 
-**What it buys** (``bench``, see docs/benchmarks.md, "What the workarounds buy"):
-not yet measured.
+**Buys** (``bench --quick``, 300 parked, with / without): restart → the last of five
+decided runs resumed 0.95-1.94 / 6.6 s.
 
-**Retired by** DBOS's startup recovery taking an order (workflows with an unconsumed
-message first) and a limit on how many replay at once.
+**Retired by** an order (unconsumed messages first) and a batch size for startup recovery.
 """
 
 from __future__ import annotations

@@ -1,14 +1,13 @@
 """Moving parked runs to a new application version in place (``manage.py move_runs``).
 
-**DBOS behaviour changed.** DBOS 3.4 has no API to change a workflow's application
-version: a worker recovers and dequeues only its own version. ``move_workflows_to_version``
-does in one raw UPDATE on ``dbos.workflow_status`` what DBOS's own recovery does (back to
-``ENQUEUED`` on its queue, no owner) with the new version written in.
+**Changes** what DBOS 3.4 has no API for: a workflow's application version. One raw UPDATE
+of ``dbos.workflow_status`` does what DBOS's recovery does (back to ``ENQUEUED``, no owner)
+with the new version written in.
 
-**What it buys.** Not CPU: the behaviour itself (docs/deploys.md). Without it, runs
-parked on an old version need a worker of that version running until they drain.
+**Buys** the behaviour itself (docs/deploys.md): without it, runs parked on an old version
+need a worker of that version until they drain.
 
-**Retired by** a public "set application version" (or fork-in-place at a version) in DBOS.
+**Retired by** a public "set application version" in DBOS.
 """
 
 from __future__ import annotations
