@@ -40,7 +40,6 @@ from approvals.notification_models import (
 )
 from deskhand.desk.models import Membership, Merchant, Role
 from deskhand.desk.permissions import require_owner
-from deskhand.desk.rows import first_where
 
 log = logging.getLogger(__name__)
 
@@ -62,10 +61,9 @@ def approval_link(approval: Approval) -> str:
 
 
 def active_webhook(merchant_id: int) -> WebhookEndpoint | None:
-    """The merchant's webhook, if one is active: asked by every approval and every run's end,
-    so through a statement built once (LESSONS 56)."""
-    return first_where(
-        WebhookEndpoint, 't0."merchant_id" = %s AND t0."active"', (merchant_id,), order_by='t0."id"'
+    """The merchant's webhook, if one is active."""
+    return (
+        WebhookEndpoint.objects.filter(merchant_id=merchant_id, active=True).order_by("id").first()
     )
 
 

@@ -39,7 +39,7 @@ from approvals.models import Approval, ApprovalPolicy, ApprovalStatus, Channel
 from deskhand.desk.models import Merchant
 from deskhand.desk.money import format_cents
 from deskhand.desk.permissions import require_owner
-from deskhand.desk.rows import first_where, row_by_pk
+from deskhand.desk.rows import row_by_pk
 from deskhand.desk.services import merchant_day_start
 
 MAX_RULES = 10
@@ -144,10 +144,7 @@ def rules_parse(raw: Any) -> list[Rule]:
 
 def policy_current(merchant_id: int) -> ApprovalPolicy | None:
     """The version in force: the newest."""
-    # Through a statement built once: asked by every gated call (docs/benchmarks.md).
-    return first_where(
-        ApprovalPolicy, 't0."merchant_id" = %s', (merchant_id,), order_by='t0."version" DESC'
-    )
+    return ApprovalPolicy.objects.filter(merchant_id=merchant_id).order_by("-version").first()
 
 
 def policy_rules(policy: ApprovalPolicy | None) -> list[Rule]:

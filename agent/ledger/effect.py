@@ -37,7 +37,7 @@ from agent.tools.execute import not_performed, tool_context
 from approvals.models import Approval, ApprovalStatus
 from deskhand import events
 from deskhand.crashpoints import Point
-from deskhand.desk.rows import first_where, row_by_pk
+from deskhand.desk.rows import row_by_pk
 
 
 def ledger_key(root: Run, call_id: str, digest: str) -> str:
@@ -105,7 +105,7 @@ def execute_irreversible(run_id: str, seq: int, call: dict[str, Any], approval_i
         key = ledger_key(root, call_id, done_digest)
         # This call's own claim (a re-execution after a crash between commit and checkpoint),
         # else the same effect made anywhere in the lineage since the lookup.
-        own_claim = first_where(LedgerEntry, 't0."key" = %s', (key,), order_by='t0."id"', lock=True)
+        own_claim = LedgerEntry.objects.select_for_update(of=("self",)).filter(key=key).first()
         entry = own_claim or lineage.lookup(run, performed, root)
         if not run.is_active and entry is None:
             # Nothing new happens on a run being cancelled or ended. A claim already made

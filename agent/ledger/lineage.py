@@ -30,13 +30,14 @@ import json
 from collections.abc import Iterable
 from typing import Any
 
+from django.db.models import Q
+
 from agent.ledger.models import LedgerEntry, LedgerState
 from agent.models import Run
 from agent.steps import Done
 from agent.tools import args_hash, get_tool
 from agent.tools.registry import effect_hash, identity_hash
 from deskhand.desk.money import format_cents
-from deskhand.desk.rows import rows_where
 
 
 def call_identity(name: str, args: Any) -> str:
@@ -95,7 +96,7 @@ def answer_text(entry: LedgerEntry) -> str:
 def lineage_entries(run: Run, root: Run | None = None) -> list[LedgerEntry]:
     """Every entry of the run's lineage, oldest claim first (asked before every gated call)."""
     lineage_root = root or run.root()
-    return rows_where(LedgerEntry, 't0."root_run_id" = %s', (lineage_root.pk,), order_by='t0."id"')
+    return list(LedgerEntry.objects.filter(root_run_id=lineage_root.pk).order_by("id"))
 
 
 def lookup(run: Run, call: dict[str, Any], root: Run | None = None) -> LedgerEntry | None:
@@ -154,13 +155,11 @@ def prior_effects(run: Run, name: str, args: dict[str, Any]) -> list[dict[str, A
     """
     root = run.root()
     # A claim sent to another system and not yet confirmed may have been made: shown too.
-    entries = rows_where(
-        LedgerEntry,
-        '(t0."ok" OR t0."state" = %s) AND (t0."root_run_id" = %s'
-        ' OR t0."run_id" IN (SELECT id FROM agent_run WHERE ticket_id = %s))',
-        (LedgerState.PENDING, root.pk, run.ticket_id),
-        order_by='t0."created_at", t0."id"',
-    )
+    entries = LedgerEntry.objects.filter(
+        Q(ok=True) | Q(state=LedgerState.PENDING),
+        Q(root_run_id=root.pk)
+        | Q(run_id__in=Run.objects.filter(ticket_id=run.ticket_id).values("id")),
+    ).order_by("created_at", "id")
     order = args.get("order_reference")
     out = []
     for e in entries:

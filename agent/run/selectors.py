@@ -10,7 +10,7 @@ import datetime as dt
 import uuid
 from typing import Any
 
-from django.db.models import Sum
+from django.db.models import Exists, OuterRef, Q, Sum
 
 from agent.consent.narrowing import changes_text
 from agent.ledger.lineage import CUSTOMER_MAIL, describe, inherited_effects
@@ -18,7 +18,7 @@ from agent.ledger.models import LedgerEntry, LedgerState
 from agent.models import Run
 from approvals.models import Approval, ApprovalStatus
 from deskhand.desk.models import OutboundEmail, Refund, RefundStatus, Ticket, TicketStatus
-from deskhand.desk.rows import row_by_pk, rows_where
+from deskhand.desk.rows import row_by_pk
 
 
 def _decided_how(approval: Approval | None) -> str:
@@ -43,12 +43,10 @@ def effects_summary(run_id: str) -> str:
     lines: list[str] = []
     run = row_by_pk(Run, run_id)
     inherited = inherited_effects(run)
-    entries = rows_where(
-        LedgerEntry,
-        't0."run_id" = %s',
-        (run.pk,),
-        related=("approval", "approval__decided_by", "approval__policy"),
-        order_by='t0."created_at", t0."id"',
+    entries = list(
+        LedgerEntry.objects.filter(run_id=run.pk)
+        .select_related("approval", "approval__decided_by", "approval__policy")
+        .order_by("created_at", "id")
     )
     for entry in entries:
         if entry.ok:
@@ -72,12 +70,11 @@ def effects_summary(run_id: str) -> str:
         elif not entry.ok and entry.adapter != "database":
             lines.append(f"Approved but not done: {what}. {_first(entry.result)}")
     # Every approval but those approved and performed (a ledger entry records them above).
-    not_performed = rows_where(
-        Approval,
-        't0."run_id" = %s AND NOT (t0."status" = %s AND EXISTS'
-        ' (SELECT 1 FROM agent_ledgerentry l WHERE l."approval_id" = t0."id"))',
-        (run.pk, ApprovalStatus.APPROVED),
-        order_by='t0."requested_at", t0."id"',
+    performed = Exists(LedgerEntry.objects.filter(approval_id=OuterRef("id")))
+    not_performed = (
+        Approval.objects.filter(run_id=run.pk)
+        .exclude(Q(status=ApprovalStatus.APPROVED) & Q(performed))
+        .order_by("requested_at", "id")
     )
     for a in not_performed:
         verb = {

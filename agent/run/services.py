@@ -47,7 +47,6 @@ from deskhand import events
 from deskhand.dbos import client as dbos_client
 from deskhand.desk.models import Ticket
 from deskhand.desk.permissions import require_actor
-from deskhand.desk.rows import rows_where
 
 log = logging.getLogger(__name__)
 
@@ -234,12 +233,10 @@ def run_close_pending_approvals(
     """
     closed = []
     # Re-checked under each row's lock: a decision that committed meanwhile is left alone.
-    pending = rows_where(
-        Approval,
-        't0."run_id" = %s AND t0."status" = %s',
-        (run.pk, ApprovalStatus.PENDING),
-        order_by='t0."id"',
-        lock=True,
+    pending = list(
+        Approval.objects.select_for_update(of=("self",))
+        .filter(run_id=run.pk, status=ApprovalStatus.PENDING)
+        .order_by("id")
     )
     for approval in pending:
         if ending == RunStatus.CANCELLED:

@@ -4,7 +4,7 @@
   CLI and the reconciler say to DBOS (enqueue, send, cancel, fork, inspect) and the names
   DBOS persists. They import no app.
 - ``engine`` is the upper layer, above every app: the workflows and schedules a worker
-  runs, the bootstrap that launches DBOS, its queues, recovery and the DBOS internals we
+  runs, the bootstrap that launches DBOS, its queues, recovery and the workarounds of DBOS internals we
   rely on. It imports the apps' step functions; no app imports it.
 
 ``pyproject.toml``'s import contracts hold both rules (docs/architecture.md).

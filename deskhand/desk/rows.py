@@ -1,17 +1,27 @@
-"""One row by primary key, with its foreign keys' rows, read through a statement built once.
+"""Reads through a statement built once: the two the agent's CPU per step is measured to need.
 
-The agent's steps read the run (with its merchant or ticket) several times a run. Through a
-queryset, each read compiles its SQL again and walks ``select_related``'s machinery: about
-three quarters of such a read's CPU (LESSONS 56). ``row_by_pk``
-builds the same SELECT once per model, related set and lock, from the models' metadata,
-and makes the instances as the ORM would — every field's own conversion from the database,
-the related rows cached on the instance as ``select_related`` caches them.
+Through a queryset, each read compiles its SQL again and walks ``select_related``'s (and
+``prefetch_related``'s) machinery. Here the SELECT is built once per shape from the models'
+metadata, and the instances are made as the ORM would — every field's own conversion from
+the database, related rows cached as ``select_related`` caches them, and (``cache_related``)
+a reverse relation's rows handed over as ``prefetch_related`` hands them.
 
-``rows_where`` is the same for the handful of other reads on the agent's hot path (a ticket
-or an order by its reference, its thread, its lines): the WHERE clause is written by hand
-(columns of the read model as ``t0.<column>``), everything else comes from the models, and
-``cache_related`` hands rows read that way to a reverse relation as ``prefetch_related``
-would, so ``ticket.messages.all()`` asks the database nothing.
+What each buys, as ``bench --loop``'s ``agent_cpu_per_step_ms`` (Deskhand's own CPU per
+step of an NW-1 run; 2026-12-07, 2 shared cores at load 4-10, paired runs alternating with
+the ORM form; docs/benchmarks.md, "What the workarounds buy"):
+
+* ``row_by_pk`` — the run read (and locked) by every model turn, tool step and gate step,
+  the approval at the gate, the refund's and the ticket writes' locks. Through the ORM (and
+  the reads below too): +13 % to +139 %, median +50 % over the reads below alone (3 pairs).
+* ``rows_where`` + ``cache_related`` — only for the tool reads of ``deskhand.desk.selectors``
+  (``ticket_get`` with its thread, ``order_get`` with its lines), where every hand-written
+  WHERE lives, each pinned against its ORM form in ``tests/integrity/test_rows.py``.
+  Through the ORM, with ``kb_search``: +0 % to +39 %, median +31 % (5 pairs).
+
+Back to the ORM, each under 10 %: ``kb_search`` alone +8 % to +53 %, median +9 % (3 pairs;
+``bench --loop --sites``: 0.9 ms of SQL CPU a 15-step run), and the reads asked once a run
+(the summary, the lineage, the policy, the webhook, a closing run's approvals, the
+own-claim lock) together -7 % to +20 %, median +5 % (4 pairs).
 """
 
 from __future__ import annotations
@@ -32,17 +42,14 @@ class _Part:
     attnames: list[str]
     pk_index: int
     converters: list[tuple[Any, list[Callable[..., Any]]]]  # each column's, the ORM's own
-    fk: Any  # the foreign key it hangs off; None for the read model itself
-    parent: int = 0  # the part whose instance that key belongs to
+    fk: Any  # the read model's foreign key it hangs off; None for the read model itself
 
 
 # (model, related, lock, alias, where, tail) -> (SQL, one part per model read)
 _BUILT: dict[tuple[Any, ...], tuple[str, list[_Part]]] = {}
 
 
-def _part(
-    model: type[models.Model], alias: str, table: str, fk: Any, parent: int = 0
-) -> tuple[list[str], _Part]:
+def _part(model: type[models.Model], alias: str, table: str, fk: Any) -> tuple[list[str], _Part]:
     conn = connections[alias]
     fields = list(model._meta.concrete_fields)
     cols = [f"{table}.{conn.ops.quote_name(str(f.column))}" for f in fields]
@@ -51,7 +58,7 @@ def _part(
         col = f.get_col(table)
         converters.append((col, [*conn.ops.get_db_converters(col), *f.get_db_converters(conn)]))
     attnames = [f.attname for f in fields]
-    return cols, _Part(model, attnames, fields.index(model._meta.pk), converters, fk, parent)
+    return cols, _Part(model, attnames, fields.index(model._meta.pk), converters, fk)
 
 
 def _build(
@@ -67,28 +74,19 @@ def _build(
     cols, first = _part(model, alias, "t0", None)
     parts = [first]
     joins = []
-    # Each path read so far ("approval", "approval__decided_by"): its part, model and join.
-    seen: dict[str, tuple[int, type[models.Model], bool]] = {"": (0, model, False)}
-    for path in related:
-        head, _, name = path.rpartition("__")
-        if head not in seen:
-            raise ValueError(f"{path}: name {head} in related first")
-        parent, owner, outer = seen[head]
-        fk = owner._meta.get_field(name)
+    for i, name in enumerate(related, start=1):
+        fk = model._meta.get_field(name)
         if not isinstance(fk, models.ForeignKey):
-            raise TypeError(f"{owner.__name__}.{name} is not a foreign key")
+            raise TypeError(f"{model.__name__}.{name} is not a foreign key of its own")
         target = fk.related_model
         assert isinstance(target, type)
-        i = len(parts)
-        rcols, part = _part(target, alias, f"t{i}", fk, parent)
+        rcols, part = _part(target, alias, f"t{i}", fk)
         cols += rcols
         parts.append(part)
-        outer = outer or fk.null  # below an outer join every join is outer too
         joins.append(
-            f"{'LEFT JOIN' if outer else 'JOIN'} {q(target._meta.db_table)} t{i}"
-            f" ON t{i}.{q(str(fk.target_field.column))} = t{parent}.{q(str(fk.column))}"
+            f"{'LEFT JOIN' if fk.null else 'JOIN'} {q(target._meta.db_table)} t{i}"
+            f" ON t{i}.{q(str(fk.target_field.column))} = t0.{q(str(fk.column))}"
         )
-        seen[path] = (i, target, outer)
     sql = (
         f"SELECT {', '.join(cols)} FROM {q(model._meta.db_table)} t0 {' '.join(joins)}"
         f" WHERE {where}{tail}" + (" FOR UPDATE OF t0" if lock else "")
@@ -99,24 +97,20 @@ def _build(
 def _instances(row: Sequence[Any], parts: list[_Part], using: str) -> models.Model:
     """The read model's instance from one row, its related rows cached on it."""
     conn = connections[using]
-    start, instances = 0, list[models.Model | None]()
+    start, out = 0, None
     for part in parts:
         values = list(row[start : start + len(part.attnames)])
         start += len(part.attnames)
-        owner = instances[part.parent] if part.fk is not None else None
-        if part.fk is not None and values[part.pk_index] is None:  # a key holding no row
-            if owner is not None:
-                part.fk.set_cached_value(owner, None)
-            instances.append(None)
-            continue
-        for i, (col, convs) in enumerate(part.converters):
-            for convert in convs:
-                values[i] = convert(values[i], col, conn)
-        obj = part.cls.from_db(using, part.attnames, values)
-        if owner is not None:
-            part.fk.set_cached_value(owner, obj)
-        instances.append(obj)
-    out = instances[0]
+        obj = None
+        if part.fk is None or values[part.pk_index] is not None:  # else a key holding no row
+            for i, (col, convs) in enumerate(part.converters):
+                for convert in convs:
+                    values[i] = convert(values[i], col, conn)
+            obj = part.cls.from_db(using, part.attnames, values)
+        if out is None:
+            out = obj
+        else:
+            part.fk.set_cached_value(out, obj)
     assert out is not None
     return out
 
@@ -131,8 +125,7 @@ def row_by_pk[M: models.Model](
 ) -> M:
     """``model.objects.select_related(*related).get(pk=pk)`` (with ``select_for_update(of=
     ("self",))`` when ``lock``): the same instance, its related rows cached on it.
-    ``related`` names foreign keys, as ``select_related`` does ("approval__decided_by" after
-    "approval"). Raises ``model.DoesNotExist``."""
+    ``related`` names the model's own foreign keys. Raises ``model.DoesNotExist``."""
     key = (model, tuple(related), lock, using, None, "")
     built = _BUILT.get(key)
     if built is None:
@@ -158,44 +151,25 @@ def rows_where[M: models.Model](
     related: Sequence[str] = (),
     order_by: str = "",
     limit: int | None = None,
-    lock: bool = False,
     using: str = "default",
 ) -> list[M]:
     """``model.objects.select_related(*related)`` filtered by ``where`` (SQL over ``t0``,
     the read model's table, with ``%s`` for each of ``params``), in ``order_by`` (SQL over
-    ``t0``), at most ``limit`` (and ``select_for_update(of=("self",))`` when ``lock``): the
-    same instances the queryset would make. The statement is built once per (model, related,
-    where, order, limit, lock)."""
-    key = (model, tuple(related), lock, using, where, (order_by, limit))
+    ``t0``), at most ``limit``: the same instances the queryset would make. The statement
+    is built once per (model, related, where, order, limit)."""
+    key = (model, tuple(related), False, using, where, (order_by, limit))
     built = _BUILT.get(key)
     if built is None:
         tail = (f" ORDER BY {order_by}" if order_by else "") + (
             f" LIMIT {int(limit)}" if limit is not None else ""
         )
-        built = _BUILT[key] = _build(model, related, lock, using, f"({where})", tail)
+        built = _BUILT[key] = _build(model, related, False, using, f"({where})", tail)
     sql, parts = built
     with connections[using].cursor() as cur:
         cur.execute(sql, list(params))
         rows = cur.fetchall()
     out = [_instances(row, parts, using) for row in rows]
     return out  # type: ignore[return-value]  # each is a ``model``: the first part's class
-
-
-def first_where[M: models.Model](
-    model: type[M],
-    where: str,
-    params: Sequence[Any],
-    *,
-    order_by: str,
-    related: Sequence[str] = (),
-    lock: bool = False,
-    using: str = "default",
-) -> M | None:
-    """``rows_where(...)``'s first row in ``order_by``, or None: a queryset's ``.first()``."""
-    found = rows_where(
-        model, where, params, related=related, order_by=order_by, limit=1, lock=lock, using=using
-    )
-    return found[0] if found else None
 
 
 def cache_related(obj: models.Model, name: str, rows: list[Any]) -> None:

@@ -11,8 +11,9 @@ import datetime as dt
 import re
 from typing import Any
 
+from django.contrib.postgres.search import SearchQuery, SearchRank
 from django.db import connection
-from django.db.models import Q, QuerySet, Sum
+from django.db.models import F, Q, QuerySet, Sum
 from django.db.models.functions import Coalesce
 
 from deskhand.desk.models import (
@@ -25,7 +26,7 @@ from deskhand.desk.models import (
     Ticket,
     TicketMessage,
 )
-from deskhand.desk.rows import cache_related, first_where, rows_where
+from deskhand.desk.rows import cache_related, rows_where
 
 KB_RESULT_LIMIT = 5
 _WORD = re.compile(r"[a-z0-9]+")
@@ -37,19 +38,26 @@ def _normal_reference(reference: str) -> str:
 
 
 # One ticket or order by its reference, as ``.filter(merchant_id=…, reference__iexact=…)
-# .first()`` reads it. The reads below go through statements built once (``rows``): they are
-# on every agent step that names a ticket or an order (LESSONS 56).
+# .first()`` reads it, through statements built once: on every agent step that names a
+# ticket or an order (what that buys is measured in deskhand/desk/rows.py).
 _BY_REFERENCE = 't0."merchant_id" = %s AND UPPER(t0."reference"::text) = UPPER(%s)'
-_FIRST = 't0."id" ASC'
+
+
+def _by_reference[M: Ticket | Order](
+    model: type[M], merchant_id: int, reference: str, related: tuple[str, ...]
+) -> M | None:
+    params = (merchant_id, _normal_reference(reference))
+    found = rows_where(model, _BY_REFERENCE, params, related=related, order_by='t0."id"', limit=1)
+    return found[0] if found else None
 
 
 def ticket_get(*, merchant_id: int, reference: str, thread: bool = True) -> Ticket | None:
     """A ticket with its customer, assignee and whole thread (notes included), oldest
     message first. ``thread`` False: the ticket's own row alone (a caller that only names
     it, as the ticket writes do: two queries fewer)."""
-    params = (merchant_id, _normal_reference(reference))
-    related = ("customer", "assignee") if thread else ()
-    ticket = first_where(Ticket, _BY_REFERENCE, params, related=related, order_by=_FIRST)
+    ticket = _by_reference(
+        Ticket, merchant_id, reference, ("customer", "assignee") if thread else ()
+    )
     if ticket is not None and thread:
         messages = rows_where(
             TicketMessage, 't0."ticket_id" = %s', (ticket.pk,), order_by='t0."created_at", t0."id"'
@@ -62,9 +70,7 @@ def order_get(*, merchant_id: int, reference: str, lines: bool = True) -> Order 
     """An order with its customer, items and refunds (oldest first). ``lines`` False: the
     order's own row alone (a caller that checks whose it is and what it totals: two queries
     fewer)."""
-    params = (merchant_id, _normal_reference(reference))
-    related = ("customer",) if lines else ()
-    order = first_where(Order, _BY_REFERENCE, params, related=related, order_by=_FIRST)
+    order = _by_reference(Order, merchant_id, reference, ("customer",) if lines else ())
     if order is not None and lines:
         one = 't0."order_id" = %s'
         cache_related(order, "items", rows_where(OrderItem, one, (order.pk,)))
@@ -160,20 +166,15 @@ def kb_query_words(query: str) -> list[str]:
     return _WORD.findall(query.lower())
 
 
-_KB_MATCH = "to_tsquery('english'::regconfig, %s)"
-
-
 def kb_search(*, merchant_id: int, query: str, limit: int = KB_RESULT_LIMIT) -> list[KbArticle]:
     """The merchant's articles matching any word of ``query``, best match first (``ts_rank``
     over the stored vector, then the slug: the order a tie keeps from search to search)."""
     words = kb_query_words(query)
     if not words:
         return []
-    tsquery = " | ".join(words)
-    return rows_where(
-        KbArticle,
-        f't0."merchant_id" = %s AND t0."published" AND t0."search" @@ {_KB_MATCH}',
-        (merchant_id, tsquery, tsquery),
-        order_by=f'ts_rank(t0."search", {_KB_MATCH}) DESC, t0."slug"',
-        limit=limit,
+    tsquery = SearchQuery(" | ".join(words), search_type="raw", config="english")
+    return list(
+        KbArticle.objects.filter(merchant_id=merchant_id, published=True, search=tsquery)
+        .annotate(rank=SearchRank(F("search"), tsquery))
+        .order_by("-rank", "slug")[:limit]
     )

@@ -1,9 +1,9 @@
-"""The DBOS internals ``deskhand/dbos/engine/internals.py`` relies on are the ones we read.
+"""The DBOS internals ``deskhand/dbos/engine/workarounds/`` relies on are the ones we read.
 
-An upgrade of ``dbos`` that changes any of them fails here, by name, before it ships:
-re-read ``deskhand/dbos/engine/internals.py`` and the function in the new release, fix what
-changed, then update the pin below. Behaviour tests follow, so a pin that still matches
-also still works.
+An upgrade of ``dbos`` that changes any of them fails here, by name and with the module that
+relies on it: re-read that module and the function in the new release, fix what changed,
+then update the pin below. Behaviour tests follow, so a pin that still matches also still
+works.
 """
 
 from __future__ import annotations
@@ -17,29 +17,41 @@ import pytest
 from django.db import connection
 
 from agent.models import Run
-from deskhand.dbos.engine import internals as dbos_internals
+from deskhand.dbos.engine.workarounds import (
+    executor_recovery,
+    internal_queue_poll,
+    queue_kick,
+    recv_recheck,
+)
 from tests.durability.helpers import decide, start
 from tests.fixtures.dbos import wait_parked, wait_terminal
 from tests.support.waiting import until
 
 DBOS_VERSION = "3.4.0"
 
-# sha256 (first 16 hex digits) of each internal's source in dbos 3.4.0.
+# sha256 (first 16 hex digits) of each internal's source in dbos 3.4.0, and the modules of
+# deskhand/dbos/engine/workarounds/ that rely on it.
 PINNED = {
-    "DBOS._recover_pending_workflows": "0c94d17fa1bcb61d",
-    "dbos._recovery.recover_pending_workflows": "9f2a97ad0756a741",
-    "dbos._recovery._recover_workflow": "ebfc6ed4df454172",
-    "SystemDatabase.reenqueue_for_recovery": "ac0bc1c45d8c36e4",
-    "SystemDatabase.get_pending_workflows": "1bcd687dd6ff4ea7",
-    "SystemDatabase.recv_async": "4ad0d63930ac08d9",
-    "SystemDatabase._event_recheck_interval": "453a577302003a1b",
-    "ThreadSafeEventDict.snapshot": "d003cf6ea6d8d33e",
-    "KeySignal.set": "ae0ab7dc083a747f",
-    "dbos._queue.queue_thread": "e54ec9c69e992899",
-    "dbos._queue.queue_worker_thread": "c0b22c3a946ff0c7",
-    "ActiveWorkflowById.activeList": "7c8e2a3f763bffad",
-    "DBOSRegistry.get_internal_queue": "fc3960e3640ae895",
-    "DBOS._launch": "581c866e5a6f1846",
+    "DBOS._recover_pending_workflows": ("0c94d17fa1bcb61d", "executor_recovery"),
+    "dbos._recovery.recover_pending_workflows": ("9f2a97ad0756a741", "executor_recovery"),
+    "dbos._recovery._recover_workflow": ("ebfc6ed4df454172", "executor_recovery"),
+    "SystemDatabase.reenqueue_for_recovery": (
+        "ac0bc1c45d8c36e4",
+        "executor_recovery staged_recovery",
+    ),
+    "SystemDatabase.get_pending_workflows": (
+        "1bcd687dd6ff4ea7",
+        "executor_recovery staged_recovery",
+    ),
+    "SystemDatabase.recv_async": ("4ad0d63930ac08d9", "recv_recheck"),
+    "SystemDatabase._event_recheck_interval": ("453a577302003a1b", "recv_recheck"),
+    "ThreadSafeEventDict.snapshot": ("d003cf6ea6d8d33e", "recv_recheck"),
+    "KeySignal.set": ("ae0ab7dc083a747f", "recv_recheck"),
+    "dbos._queue.queue_thread": ("e54ec9c69e992899", "queue_kick"),
+    "dbos._queue.queue_worker_thread": ("c0b22c3a946ff0c7", "queue_kick"),
+    "ActiveWorkflowById.activeList": ("7c8e2a3f763bffad", "executor_recovery staged_recovery"),
+    "DBOSRegistry.get_internal_queue": ("fc3960e3640ae895", "internal_queue_poll"),
+    "DBOS._launch": ("581c866e5a6f1846", "queue_kick"),
 }
 
 
@@ -69,8 +81,8 @@ def _internals() -> dict[str, object]:
 
 def test_dbos_is_the_pinned_version():
     assert version("dbos") == DBOS_VERSION, (
-        f"dbos {version('dbos')} is installed, but deskhand/dbos/engine/internals.py was written against"
-        f" {DBOS_VERSION}: re-read it against the new release and update the pins in this file."
+        f"dbos {version('dbos')} is installed, but deskhand/dbos/engine/workarounds/ was written"
+        f" against {DBOS_VERSION}: re-read it against the new release and update the pins here."
     )
 
 
@@ -78,11 +90,19 @@ def test_dbos_is_the_pinned_version():
 def test_a_dbos_internal_we_rely_on_is_unchanged(name):
     source = inspect.getsource(_internals()[name])  # type: ignore[arg-type]
     digest = hashlib.sha256(source.encode()).hexdigest()[:16]
-    assert digest == PINNED[name], (
-        f"DBOS's private {name} changed in this dbos release. deskhand/dbos/engine/internals.py relies on"
-        " it (dead-worker takeover, the parked-run sweep): re-read both, fix what no longer"
-        f" holds, then pin {digest}."
+    pinned, homes = PINNED[name]
+    assert digest == pinned, (
+        f"DBOS's private {name} changed in this dbos release. In deskhand/dbos/engine/workarounds/,"
+        f" {', '.join(h + '.py' for h in homes.split())} relies on it: re-read them against"
+        f" the new release, fix what no longer holds, then pin {digest}."
     )
+
+
+def test_every_pin_names_a_workaround_that_exists():
+    from importlib import import_module
+
+    for home in {home for _, homes in PINNED.values() for home in homes.split()}:
+        import_module(f"deskhand.dbos.engine.workarounds.{home}")
 
 
 def test_the_recovery_entry_point_takes_executor_ids_and_the_recheck_is_a_minute():
@@ -116,12 +136,15 @@ def test_the_workflow_columns_moved_by_hand_exist(transactional_db):
 
 
 def test_a_decision_whose_notify_was_lost_is_delivered_by_the_worker_sweep(dbos_executor):
-    assert dbos_internals.recv_recheck_seconds() >= 3600  # the per-run timer is stretched
+    from dbos._dbos import _get_dbos_instance
+
+    sysdb = _get_dbos_instance()._sys_db
+    assert sysdb._event_recheck_interval() >= 3600  # the per-run timer is stretched
     run = start("NW-1", "owner@northwind.test")
     wait_parked(str(run.pk))
     # Parked: the gate's row is written just before the recv starts.
-    until("the run's recv to wait", lambda: dbos_internals.waiting_recvs() >= 1)
-    assert dbos_internals.waiting_recvs() == 1
+    until("the run's recv to wait", lambda: recv_recheck.waiting_recvs() >= 1)
+    assert recv_recheck.waiting_recvs() == 1
     with connection.cursor() as cur:  # the NOTIFY is lost, as when the listener reconnects
         cur.execute("ALTER TABLE dbos.notifications DISABLE TRIGGER dbos_notifications_trigger")
     try:
@@ -131,7 +154,7 @@ def test_a_decision_whose_notify_was_lost_is_delivered_by_the_worker_sweep(dbos_
             cur.execute("ALTER TABLE dbos.notifications ENABLE TRIGGER dbos_notifications_trigger")
     time.sleep(1.5)
     assert Run.objects.get(pk=run.pk).status == "awaiting_approval"  # nobody woke it
-    assert dbos_internals.sweep_waiting_recvs() == 1
+    assert recv_recheck.sweep_waiting_recvs() == 1
     assert wait_terminal(str(run.pk)).status == "succeeded"
 
 
@@ -143,22 +166,20 @@ def test_the_queue_manager_starts_on_a_kickable_event_so_no_first_wait_is_deaf(d
     import dbos._dbos as dbos_module
     from dbos._dbos import _get_dbos_instance
 
-    assert dbos_module.queue_thread is dbos_internals._kickable_queue_thread
+    assert dbos_module.queue_thread is queue_kick._kickable_queue_thread
     managers = [
         t
         for t in _get_dbos_instance()._background_threads
-        if getattr(t, "_target", None) is dbos_internals._kickable_queue_thread
+        if getattr(t, "_target", None) is queue_kick._kickable_queue_thread
     ]
     assert len(managers) == 1 and managers[0].is_alive()
     event = managers[0]._args[0]  # type: ignore[attr-defined]
-    assert isinstance(event, dbos_internals.KickableEvent)
+    assert isinstance(event, queue_kick.KickableEvent)
 
 
 def test_a_kick_wakes_the_queue_threads_without_stopping_them(dbos_executor):
-    from deskhand.dbos.engine import internals as dbos_internals
-
-    event = dbos_internals.install_queue_kick()
-    assert isinstance(event, dbos_internals.KickableEvent)  # found and made kickable
+    event = queue_kick.install_queue_kick()
+    assert isinstance(event, queue_kick.KickableEvent)  # found and made kickable
     for _ in range(5):
         event.kick()
     time.sleep(0.3)
@@ -173,9 +194,7 @@ def test_a_kick_that_comes_while_a_queue_worker_is_polling_makes_its_next_wait_r
     work waits a whole polling interval (1 s for the model queues)."""
     import threading
 
-    from deskhand.dbos.engine import internals as dbos_internals
-
-    kickable = dbos_internals.make_kickable(threading.Event())
+    kickable = queue_kick.make_kickable(threading.Event())
     t0 = time.monotonic()
     assert kickable.wait(0.2) is False  # nothing pending: a full interval's sleep
     assert time.monotonic() - t0 >= 0.19
@@ -194,14 +213,12 @@ def test_stopping_reaches_a_thread_that_went_to_sleep_before_the_event_was_made_
     (it used to finish its second, and every executor stop soon after a launch waited)."""
     import threading
 
-    from deskhand.dbos.engine import internals as dbos_internals
-
     event = threading.Event()
     woke: list[bool] = []
     sleeper = threading.Thread(target=lambda: woke.append(event.wait(30)), daemon=True)
     sleeper.start()
     time.sleep(0.2)  # asleep in threading.Event.wait
-    kickable = dbos_internals.make_kickable(event)
+    kickable = queue_kick.make_kickable(event)
     kickable.kick()
     time.sleep(0.2)
     assert sleeper.is_alive() and woke == []  # a kick is not a stop
@@ -225,11 +242,11 @@ def test_a_workflow_stranded_pending_under_its_own_live_executor_is_re_enqueued(
         )
     Run.objects.filter(pk=run_id).update(application_version=settings.DESKHAND_APP_VERSION)
     version = settings.DESKHAND_APP_VERSION
-    assert dbos_internals.recover_own_stranded("pytest-inprocess", version, 0) == [run_id]
+    assert executor_recovery.recover_own_stranded("pytest-inprocess", version, 0) == [run_id]
     wait_parked(run_id)
-    until("the recovered run's recv to wait", lambda: dbos_internals.waiting_recvs() >= 1)
+    until("the recovered run's recv to wait", lambda: recv_recheck.waiting_recvs() >= 1)
     # Running again in this process: not stranded, so a second pass leaves it alone.
-    assert dbos_internals.recover_own_stranded("pytest-inprocess", version, 0) == []
+    assert executor_recovery.recover_own_stranded("pytest-inprocess", version, 0) == []
     decide(Run.objects.get(pk=run_id), "owner@northwind.test")
     assert wait_terminal(run_id).status == "succeeded"
 
@@ -253,14 +270,16 @@ def test_the_internal_queue_polls_at_the_fallback_interval_and_a_kick_starts_its
     every second: each poll walks every active workflow, parked runs included. Work put
     on it with a kick starts at once all the same."""
     from dbos import DBOS
+    from dbos._dbos import _get_dbos_instance
     from django.conf import settings
 
     from deskhand.dbos.engine.queues import kick_queues
     from deskhand.dbos.names import ESCALATION_SCHEDULE
 
-    assert dbos_internals.internal_queue_poll_seconds() == settings.DESKHAND_QUEUE_POLL_SEC
+    internal = _get_dbos_instance()._registry.get_internal_queue()
+    assert internal._polling_interval_sec == settings.DESKHAND_QUEUE_POLL_SEC
     assert settings.DESKHAND_QUEUE_POLL_SEC >= 5.0
-    dbos_internals.set_internal_queue_poll(60.0)
+    internal_queue_poll.set_internal_queue_poll(60.0)
     try:
         kick_queues()  # the thread takes the new interval on its next wait
         time.sleep(0.5)
@@ -270,5 +289,5 @@ def test_the_internal_queue_polls_at_the_fallback_interval_and_a_kick_starts_its
         assert handle.get_result() == []
         assert time.monotonic() - t0 < 10.0  # a 60-s poll would not have started it yet
     finally:
-        dbos_internals.set_internal_queue_poll(settings.DESKHAND_QUEUE_POLL_SEC)
+        internal_queue_poll.set_internal_queue_poll(settings.DESKHAND_QUEUE_POLL_SEC)
         kick_queues()

@@ -1,4 +1,5 @@
-"""The engine: where DBOS executes. Workflows, schedules, bootstrap, queues, recovery, internals.
+"""The engine: where DBOS executes. Workflows, schedules, bootstrap, queues, recovery, and
+the workarounds of DBOS's private internals (``workarounds``, one module each).
 
 A Django app (``deskhand.dbos.engine``, label ``engine``) so that loading it registers the
 workflows and schedules in every process, and so that the ``worker`` and ``move_runs``

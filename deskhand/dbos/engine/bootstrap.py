@@ -16,8 +16,9 @@ from dbos import DBOS, DBOSConfig, DBOSPortableJSONSerializer
 from django.conf import settings
 
 from deskhand.dbos.client import DBOSSetupError, app_name, check_system_database, database_url
-from deskhand.dbos.engine import internals, queues, recovery
+from deskhand.dbos.engine import queues, recovery
 from deskhand.dbos.engine.schedules import register_schedules
+from deskhand.dbos.engine.workarounds import internal_queue_poll, queue_kick, recv_recheck
 from deskhand.fleet import lease
 
 
@@ -105,10 +106,10 @@ def launch_executor(executor_id: str, *, unleased: bool = False, **overrides: An
     # The workflows and schedules registered themselves when the engine app loaded
     # (deskhand.dbos.engine.apps): every process agrees on them, launched or not.
     DBOS(config=config(executor_id, **overrides))
-    internals.kickable_from_launch()
-    internals.set_internal_queue_poll(settings.DESKHAND_QUEUE_POLL_SEC)
+    queue_kick.kickable_from_launch()
+    internal_queue_poll.set_internal_queue_poll(settings.DESKHAND_QUEUE_POLL_SEC)
     DBOS.launch()
-    internals.stretch_recv_recheck(settings.DESKHAND_RECV_RECHECK_SEC)
+    recv_recheck.stretch_recv_recheck(settings.DESKHAND_RECV_RECHECK_SEC)
     queues.register_queues()
     queues.register_model_queues()
     register_schedules()

@@ -20,7 +20,7 @@ from agent.models import Run
 from agent.ops.health import health_report
 from agent.run.services import RunRefused
 from deskhand import events
-from deskhand.dbos.engine import internals as dbos_internals
+from deskhand.dbos.engine.workarounds.version_move import move_workflows_to_version
 
 
 def runs_move_version(
@@ -44,7 +44,7 @@ def runs_move_version(
             + " first (or let the runs drain there), then move what is left."
         )
     with transaction.atomic():
-        moved = dbos_internals.move_workflows_to_version(from_version, to_version, run_ids)
+        moved = move_workflows_to_version(from_version, to_version, run_ids)
         Run.objects.filter(pk__in=moved).update(application_version=to_version)
     events.emit("runs.moved", from_version=from_version, to_version=to_version, runs=len(moved))
     return moved

@@ -20,7 +20,7 @@ from typing import Any
 from dbos import DBOS
 from django.conf import settings
 
-from deskhand.dbos.engine import internals
+from deskhand.dbos.engine.workarounds import queue_kick
 from deskhand.dbos.names import INTAKE_QUEUE, QUEUE_CHANNEL, model_queue_name
 from deskhand.fleet.lease import libpq_params
 
@@ -106,7 +106,7 @@ class _Kicker:
                 self.waiting -= 1
 
     def start(self) -> None:
-        self.event = internals.install_queue_kick()
+        self.event = queue_kick.install_queue_kick()
         if self.event is None or (self.thread is not None and self.thread.is_alive()):
             return
         self.stop = threading.Event()

@@ -16,8 +16,8 @@ from typing import Any
 from django.db import close_old_connections
 
 from deskhand import events
-from deskhand.dbos.engine import internals
 from deskhand.dbos.engine.queues import kick_queues
+from deskhand.dbos.engine.workarounds import recv_recheck, staged_recovery
 
 
 class _Sweeper:
@@ -45,7 +45,7 @@ class _Sweeper:
                 return
             try:
                 close_old_connections()
-                internals.sweep_waiting_recvs()
+                recv_recheck.sweep_waiting_recvs()
             except Exception as exc:  # a sweep that fails is retried next time
                 logging.getLogger(__name__).warning("recv sweep failed: %s", exc)
             finally:
@@ -63,16 +63,9 @@ _sweeper = _Sweeper()
 
 
 class StagedRecovery(threading.Thread):
-    """Hands a restarted worker's own parked runs back to its queue a batch at a time.
-
-    DBOS's startup recovery would re-enqueue thousands at once; replaying them together
-    takes a minute or more on one core, and a run whose decision arrived while the worker
-    was down waits somewhere in that crowd. Staged (``internals.stage_own_pending``),
-    they are released ``batch`` at a time while fewer than ``max_replaying`` replay in
-    this process or wait, released, to be dequeued; runs with a message waiting first, at
-    the start and in every later batch, so a decision that arrives mid-way jumps the rest.
-    Only while the lease holds.
-    """
+    """Hands a restarted worker's staged parked runs back (``workarounds.staged_recovery``):
+    ``batch`` at a time while fewer than ``max_replaying`` replay here or wait to be dequeued,
+    runs with a message waiting first in every batch. Only while the lease holds."""
 
     def __init__(
         self,
@@ -101,11 +94,11 @@ class StagedRecovery(threading.Thread):
                     self.stop.wait(0.05)
                     continue
                 close_old_connections()
-                queued = internals.still_enqueued(queued)
-                if internals.replaying() + len(queued) >= self.max_replaying:
+                queued = staged_recovery.still_enqueued(queued)
+                if staged_recovery.replaying() + len(queued) >= self.max_replaying:
                     self.stop.wait(0.05)
                     continue
-                released, left = internals.release_staged(
+                released, left = staged_recovery.release_staged(
                     self.executor_id, self.app_version, self.batch
                 )
                 queued += released

@@ -12,7 +12,7 @@ dequeues only its own version). Its runs are taken over when either
 Taking over, under a per-(id, version) advisory lock so only one worker does it:
 lock the dead id (so it cannot come back mid-takeover), clear its incarnation in the
 registry (a process that reconnects later finds itself replaced and stops), then
-``dbos_internals.recover_executor`` re-enqueues its workflows, checks what is still
+``executor_recovery.recover_executor`` re-enqueues its workflows, checks what is still
 pending and retries. Whatever a failure leaves (Postgres restarting mid-way, this
 worker dying) is still ``PENDING`` under the dead id with a free lock and a stale
 ``last_seen``, so the next scan, here or elsewhere, takes it over again.
@@ -29,7 +29,8 @@ from typing import Any
 import psycopg
 
 from deskhand import events
-from deskhand.dbos.engine import internals as dbos_internals
+from deskhand.dbos.engine.workarounds import executor_recovery
+from deskhand.dbos.engine.workarounds.staged_recovery import base_executor
 from deskhand.fleet.lease import REGISTRY, Lease, lock_key, process_gone
 
 log = logging.getLogger(__name__)
@@ -57,9 +58,9 @@ class Scanner:
         """One pass: take over every executor whose runs at our version nobody will resume."""
         if not self.lease.confirmed():
             return []  # a worker that may itself be cut off takes nothing over
-        recover = self.recover or dbos_internals.recover_executor
+        recover = self.recover or executor_recovery.recover_executor
         done: list[Takeover] = []
-        candidates = dbos_internals.pending_executors(
+        candidates = executor_recovery.pending_executors(
             self.lease.app_version, self.lease.executor_id
         )
         for executor_id in candidates:
@@ -88,8 +89,6 @@ class Scanner:
 def _take_over(
     conn: psycopg.Connection[Any], lease: Lease, candidate: str, recover: Any
 ) -> Takeover | None:
-    from deskhand.dbos.engine.internals import base_executor
-
     # A restarting worker stages its own runs under "<id>#staged": they are that id's.
     executor_id = base_executor(candidate)
     if executor_id == lease.executor_id:

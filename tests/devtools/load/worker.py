@@ -20,9 +20,11 @@ def main(argv: list[str]) -> None:
     from django.core.management import call_command
 
     from agent.providers import install_override
+    from tests.devtools.bench import without
     from tests.devtools.load.world import LoadProvider
 
     install_override("*", LoadProvider())
+    without.apply()  # DESKHAND_BENCH_WITHOUT: a workaround switched off, for the bench
     call_command("worker", executor_id=argv[1], reconcile_every=2.0)
 
 

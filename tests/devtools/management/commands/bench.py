@@ -321,7 +321,10 @@ class Command(DeskhandCommand):
         with connections["default"].cursor() as cur:
             cur.execute("SHOW server_version")
             pg = f"Postgres {cur.fetchone()[0]}"
+        from tests.devtools.bench import without
+
         out: dict[str, Any] = {
+            "without": without.apply(),  # DESKHAND_BENCH_WITHOUT (docs/benchmarks.md)
             "machine": machine(),
             "postgres": pg,
             "dbos": version("dbos"),

@@ -56,14 +56,13 @@ class Command(DeskhandCommand):
         from agent.run.reconciler import reconcile
         from deskhand.dbos.client import DBOSSetupError
         from deskhand.dbos.engine.bootstrap import launch_executor, stop_executor
-        from deskhand.dbos.engine.internals import (
-            pending_of,
-            recover_own_stranded,
-            stage_own_pending,
-            staged_id,
-        )
         from deskhand.dbos.engine.recovery import StagedRecovery, sweep_now
         from deskhand.dbos.engine.takeover import Scanner
+        from deskhand.dbos.engine.workarounds.executor_recovery import (
+            pending_of,
+            recover_own_stranded,
+        )
+        from deskhand.dbos.engine.workarounds.staged_recovery import stage_own_pending, staged_id
         from deskhand.fleet.lease import IdTaken, Lease, install
 
         executor_id = opts["executor_id"]
