@@ -33,7 +33,7 @@ test: $(STAMP) browsers
 	@was_running=$$(test -f .deskhand/pgdata/postmaster.pid && echo yes); \
 	DESKHAND_CHECK_TREE=1 $(PY) -m pytest -n $(TEST_WORKERS) --dist load $(PYTEST_ARGS); rc=$$?; \
 	if [ -z "$$was_running" ] && [ -z "$$DATABASE_URL" ]; then \
-	  $(PY) -c "from deskhand import embedded_pg; embedded_pg.stop()"; \
+	  $(PY) -c "from deskhand.infra import embedded_pg; embedded_pg.stop()"; \
 	fi; exit $$rc
 
 # The README's screenshots, from the browser tests (make test writes them to a temporary folder).
@@ -79,5 +79,5 @@ bench: $(STAMP)
 	$(PY) manage.py bench
 
 clean-data:
-	$(PY) -c "from deskhand import embedded_pg; embedded_pg.stop()" || true
+	$(PY) -c "from deskhand.infra import embedded_pg; embedded_pg.stop()" || true
 	rm -rf .deskhand

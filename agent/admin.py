@@ -1,4 +1,4 @@
-"""Runs, the step log and the ledger in the audit desk (read-only; see deskhand/desk/audit_admin.py)."""
+"""Runs, the step log and the ledger in the audit desk (read-only; see deskhand/domain/desk/audit_admin.py)."""
 
 from __future__ import annotations
 
@@ -6,12 +6,12 @@ from typing import Any
 
 from django.contrib import admin
 
-from agent.effects.models import EffectFinding
-from agent.ledger.models import LedgerEntry
 from agent.models import Run, Step
-from agent.privacy.models import Redaction
+from agent.models.effects import EffectFinding
+from agent.models.ledger import LedgerEntry
+from agent.models.privacy import Redaction
 from approvals.models import Approval, AuditEvent
-from deskhand.desk.audit_admin import (
+from deskhand.domain.desk.audit_admin import (
     AuditAdmin,
     AuditInline,
     admin_list_link,
@@ -19,7 +19,7 @@ from deskhand.desk.audit_admin import (
     full_id,
     spend,
 )
-from deskhand.desk.models import Refund, Ticket
+from deskhand.domain.desk.models import Refund, Ticket
 
 # What an auditor reads of a step, inline on its run and in the step log's own list.
 STEP_COLUMNS = (

@@ -35,13 +35,13 @@ from agent.customer.wait import (
 )
 from agent.ledger.effect import execute_irreversible
 from agent.models import RunStatus, StopReason
+from agent.record.execute import execute_tool, validate_call
 from agent.run.lifecycle import run_begin, run_finish
 from agent.run.stops import Stop, closed_quietly, overflowed, unacted
 from agent.run.turns import turn
 from agent.runtime import Runtime, StepName, tool_step
 from agent.steps import Finished, Turn, Verdict
 from agent.tools import REGISTRY, Risk
-from agent.tools.execute import execute_tool, validate_call
 
 GOES_ON = (RunStatus.RUNNING, RunStatus.AWAITING_APPROVAL, RunStatus.AWAITING_CUSTOMER)
 

@@ -2,7 +2,7 @@
 in-memory double for tests.
 
 The loop never imports DBOS. It asks this protocol for a few things — run a durable step
-(or a rate-limited one), sleep, wait for a message, take a patch — and ``deskhand/dbos/engine/workflow.py`` answers them with DBOS in
+(or a rate-limited one), sleep, wait for a message, take a patch — and ``deskhand/engine/workflow.py`` answers them with DBOS in
 production. In a unit test, ``MemoryRuntime`` answers them with a few lines of plain Python.
 """
 

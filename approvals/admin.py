@@ -18,7 +18,7 @@ from approvals.models import (
     WebhookDelivery,
     WebhookEndpoint,
 )
-from deskhand.desk.audit_admin import AuditAdmin, admin_list_link, full_id, money, person
+from deskhand.domain.desk.audit_admin import AuditAdmin, admin_list_link, full_id, money, person
 
 
 def _related(name: str) -> type[Model]:

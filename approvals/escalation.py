@@ -2,7 +2,7 @@
 
 DBOS's durable timers record absolute wall-clock times that no test clock can
 move, so escalation is not a timer per approval: it is a periodic sweep (a
-DBOS scheduled workflow in the worker, ``deskhand/dbos/engine/schedules.py``) that calls
+DBOS scheduled workflow in the worker, ``deskhand/engine/schedules.py``) that calls
 ``approvals_escalate_due`` with the time it was scheduled for. The clock is an
 argument, so tests drive the same code with a manual clock.
 
@@ -27,8 +27,8 @@ from django.db.models import DateTimeField, DurationField, ExpressionWrapper, F,
 from approvals.audit import audit_record
 from approvals.models import Approval, ApprovalStatus, Channel
 from approvals.notifications import NotificationEvent, notify_approval
-from deskhand.desk.models import Priority
-from deskhand.desk.services import ticket_set_priority
+from deskhand.domain.desk.models import Priority
+from deskhand.domain.desk.services import ticket_set_priority
 
 log = logging.getLogger(__name__)
 

@@ -23,8 +23,8 @@ from django.db import transaction
 
 from approvals.audit import audit_record
 from approvals.models import Channel
-from deskhand.desk.models import Merchant
-from deskhand.desk.permissions import require_owner
+from deskhand.domain.desk.models import Merchant
+from deskhand.domain.desk.permissions import require_owner
 
 OWNER_FIELDS = (
     "timezone",

@@ -8,7 +8,7 @@ from typing import Any
 from django.conf import settings
 from django.db import models
 
-from deskhand.dbos.names import approval_topic
+from deskhand.infra.dbos.names import approval_topic
 
 
 class ApprovalStatus(models.TextChoices):
@@ -26,7 +26,7 @@ class Channel(models.TextChoices):
     SYSTEM = "system"
     # Decided by a merchant's approval rule (``ApprovalPolicy``), which a person wrote.
     POLICY = "policy"
-    # Through the JSON API, by a key (``deskhand.api``); the key is named in the event's detail.
+    # Through the JSON API, by a key (``deskhand.web.api``); the key is named in the event's detail.
     API = "api"
 
 

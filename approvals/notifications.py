@@ -38,8 +38,8 @@ from approvals.notification_models import (
     Transport,
     WebhookEndpoint,
 )
-from deskhand.desk.models import Membership, Merchant, Role
-from deskhand.desk.permissions import require_owner
+from deskhand.domain.desk.models import Membership, Merchant, Role
+from deskhand.domain.desk.permissions import require_owner
 
 log = logging.getLogger(__name__)
 

@@ -1,6 +1,6 @@
 """Sending the notification outbox: at least once, with a stable id, retried with backoff.
 
-``outbox_send_due`` is called by the worker's sweep (``agent.run.reconciler``) every
+``outbox_send_due`` is called by the worker's sweep (``agent.ops.reconciler``) every
 few seconds. Each due row is claimed with ``FOR UPDATE SKIP LOCKED`` (two
 workers never send the same row at once), sent, and marked ``sent_at`` in the
 same transaction. A crash after the receiver accepted it and before that
@@ -12,7 +12,7 @@ is signed with Standard Webhooks (``webhook-signature``) and, for receivers writ
 before it, with ``X-Deskhand-Signature`` too.
 
 A failure is recorded on the row (``attempts``, ``last_error``) and retried
-after ``deskhand.retry.backoff`` (5 s doubling, capped at an hour);
+after ``deskhand.infra.retry.backoff`` (5 s doubling, capped at an hour);
 nothing is ever dropped. Each webhook attempt is also a ``WebhookDelivery``
 row, the delivery log the admin shows.
 """
@@ -36,9 +36,9 @@ from django.utils import timezone
 from standardwebhooks import Webhook
 
 from approvals.notification_models import Notification, Transport, WebhookDelivery, WebhookEndpoint
-from deskhand import crashpoints
-from deskhand.crashpoints import Point
-from deskhand.retry import backoff
+from deskhand.infra import crashpoints
+from deskhand.infra.crashpoints import Point
+from deskhand.infra.retry import backoff
 
 log = logging.getLogger(__name__)
 
@@ -158,7 +158,7 @@ def outbox_send_one(pk: uuid.UUID, *, now: dt.datetime) -> bool | None:
     """Send one due row: ``True`` sent, ``False`` failed (retried later), ``None`` not due/claimed.
 
     Crash points ``before_send`` and ``after_send`` (by transport) sit on either side of
-    the send (``deskhand.crashpoints``; the SIGKILL tests install them in a worker).
+    the send (``deskhand.infra.crashpoints``; the SIGKILL tests install them in a worker).
     """
     with transaction.atomic():
         row = (

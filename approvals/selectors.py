@@ -9,7 +9,7 @@ from typing import Any
 from django.db.models import QuerySet
 
 from approvals.models import Approval, ApprovalStatus, AuditEvent
-from deskhand.desk.permissions import NotVisible, require_member
+from deskhand.domain.desk.permissions import NotVisible, require_member
 
 
 def approvals_list(

@@ -16,9 +16,9 @@ from django.utils import timezone
 
 from approvals.audit import audit_record
 from approvals.models import Approval, ApprovalPolicy, ApprovalStatus, Channel
-from deskhand import events
-from deskhand.dbos import client as dbos_client
-from deskhand.desk.permissions import require_actor
+from deskhand.domain.desk.permissions import require_actor
+from deskhand.infra import events
+from deskhand.infra.dbos import client as dbos_client
 
 log = logging.getLogger(__name__)
 
@@ -58,7 +58,7 @@ def approval_decide(
 
     An approval records what was approved beside what was proposed: the proposal
     itself, or — ``approved_arguments``/``approved_hash``, computed by the caller
-    that knows the tool registry (``agent.consent.narrowing``) — a narrower call a person
+    that knows the tool registry (``agent.tools.narrowing``) — a narrower call a person
     chose. This app never imports the agent, so it cannot judge a narrowing; the
     run re-checks it before it acts (``execute_irreversible``).
 

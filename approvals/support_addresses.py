@@ -5,7 +5,7 @@ An address is how inbound mail finds its merchant, so it is unique across the de
 address is unverified — mail to it is held, never a ticket — until a **routing check**
 comes back: a message sent to the address through the notifications outbox with a one-time
 token (``deskhand-check-…``) that the merchant's mail server must route back into Deskhand's
-intake (``deskhand.desk.addresses`` recognises it there; the check message never becomes a
+intake (``deskhand.domain.desk.addresses`` recognises it there; the check message never becomes a
 ticket). Checks are limited to ``CHECKS_PER_HOUR`` per address. Replies go out from the
 primary address, so only a verified address can be primary. Every act is audited.
 """
@@ -25,9 +25,9 @@ from django.utils import timezone
 from approvals.audit import audit_record
 from approvals.models import Channel
 from approvals.notification_models import Notification, NotificationEvent, Transport
-from deskhand.desk.addresses import CHECK_PREFIX, check_digest
-from deskhand.desk.models import AddressCheck, Merchant, SupportAddress
-from deskhand.desk.permissions import require_owner
+from deskhand.domain.desk.addresses import CHECK_PREFIX, check_digest
+from deskhand.domain.desk.models import AddressCheck, Merchant, SupportAddress
+from deskhand.domain.desk.permissions import require_owner
 
 CHECKS_PER_HOUR = 5
 # A check not back after this long is reported as not arrived (the route is likely wrong).

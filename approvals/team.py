@@ -7,10 +7,10 @@ domain's.
 
 **The invitation token.** A link carries 256 random bits (``secrets.token_urlsafe``); the
 row keeps only their sha256, so reading the database accepts nothing, and a 256-bit secret
-needs no slow hash (as API keys, ``deskhand.apikeys``). Django's own token machinery
+needs no slow hash (as API keys, ``deskhand.domain.apikeys``). Django's own token machinery
 (``PasswordResetTokenGenerator``) was the other choice: it is stateless, tied to
 ``PASSWORD_RESET_TIMEOUT`` and to a user who does not exist yet here, and could not be
-revoked one at a time. Password reset itself does use Django's (``deskhand.console.team``).
+revoked one at a time. Password reset itself does use Django's (``deskhand.web.console.team``).
 The link waits in its outbox row until sent and is scrubbed there once sent (at least once,
 as every notification: a crash between the send and the commit sends it again).
 
@@ -41,8 +41,8 @@ from django.utils import timezone
 from approvals.audit import audit_record
 from approvals.models import Channel, person_name
 from approvals.notification_models import Notification, NotificationEvent, Transport
-from deskhand.desk.models import Invitation, Membership, Merchant, Role
-from deskhand.desk.permissions import require_owner
+from deskhand.domain.desk.models import Invitation, Membership, Merchant, Role
+from deskhand.domain.desk.permissions import require_owner
 
 NAME_MAX = 200
 SLUG_MAX = 50

@@ -1,11 +1,11 @@
-"""ASGI entry point, served by ``python manage.py web`` (deskhand/edge/web.py).
+"""ASGI entry point, served by ``python manage.py web`` (deskhand/infra/edge/web.py).
 
 Start it that way rather than with the bare ``uvicorn`` command, whose default trust of
 ``X-Forwarded-For`` from loopback would let a client pick the address the sign-in
 throttle counts.
 
 The web process never launches DBOS; it enqueues and sends through a
-``DBOSClient`` (deskhand/dbos/client.py).
+``DBOSClient`` (deskhand/infra/dbos/client.py).
 """
 
 import os

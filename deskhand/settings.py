@@ -17,7 +17,7 @@ from pathlib import Path
 
 import dj_database_url
 
-from deskhand import embedded_pg, retry
+from deskhand.infra import embedded_pg, retry
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
@@ -63,16 +63,16 @@ INSTALLED_APPS = [
     "django.contrib.postgres",
     "django_htmx",
     "ninja",  # the API's docs page and its Swagger UI files, served from here (no CDN)
-    "deskhand.desk",
-    "deskhand.mail",
-    "deskhand.apikeys",
+    "deskhand.domain.desk",
+    "deskhand.domain.mail",
+    "deskhand.domain.apikeys",
     "approvals",
     "agent",
-    "deskhand.console",
-    "deskhand.api",
-    "deskhand.edge",
-    "deskhand.fleet",
-    "deskhand.dbos.engine",
+    "deskhand.web.console",
+    "deskhand.web.api",
+    "deskhand.infra.edge",
+    "deskhand.infra.fleet",
+    "deskhand.engine",
 ]
 
 
@@ -94,14 +94,14 @@ DESKHAND_SYNTHETIC_GENERATOR = (
 
 MIDDLEWARE = [
     # Outermost: the Content-Length is computed from the body that actually leaves.
-    "deskhand.edge.middleware.content_length",
+    "deskhand.infra.edge.middleware.content_length",
     "django.middleware.security.SecurityMiddleware",
     "django.middleware.csp.ContentSecurityPolicyMiddleware",
     # Outside refuse_malformed and the 503 page, so the pages that answer before any view
     # carry X-Frame-Options like every other page (issue 40).
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
-    "deskhand.edge.middleware.refuse_malformed",
-    "deskhand.edge.middleware.DatabaseUnavailableMiddleware",
+    "deskhand.infra.edge.middleware.refuse_malformed",
+    "deskhand.infra.edge.middleware.DatabaseUnavailableMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
@@ -125,8 +125,8 @@ TEMPLATES = [
                 "django.contrib.auth.context_processors.auth",
                 "django.contrib.messages.context_processors.messages",
                 "django.template.context_processors.csp",
-                "deskhand.desk.context_processors.deskhand",
-                "deskhand.console.context.attention",
+                "deskhand.domain.desk.context_processors.deskhand",
+                "deskhand.web.console.context.attention",
             ],
         },
     },
@@ -136,7 +136,7 @@ TEMPLATES = [
 # step then saves a 4-6 ms connect (docs/benchmarks.md), at one connection per step thread.
 CONN_MAX_AGE = env_int("DESKHAND_CONN_MAX_AGE", 0)
 # Query options of DATABASE_URL (sslmode, connect_timeout, application_name, options, …)
-# land in OPTIONS; deskhand.dbos.client.database_url() hands the same ones to DBOS.
+# land in OPTIONS; deskhand.infra.dbos.client.database_url() hands the same ones to DBOS.
 USING_EMBEDDED_POSTGRES = not os.environ.get("DATABASE_URL")
 DATABASES = {
     "default": dj_database_url.parse(
@@ -147,7 +147,7 @@ DATABASES = {
 }
 # The embedded server starts on the first connection a process opens, not here.
 DATABASES["default"]["ENGINE"] = (
-    "deskhand.embedded_db" if USING_EMBEDDED_POSTGRES else "django.db.backends.postgresql"
+    "deskhand.infra.embedded_db" if USING_EMBEDDED_POSTGRES else "django.db.backends.postgresql"
 )
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
@@ -223,7 +223,7 @@ LOGGING = {
 ANTHROPIC_API_KEY = os.environ.get("ANTHROPIC_API_KEY", "")
 ANTHROPIC_BASE_URL = os.environ.get("ANTHROPIC_BASE_URL") or None
 ANTHROPIC_MODEL = os.environ.get("DESKHAND_MODEL", "claude-sonnet-4-6")
-# The one retry layer for a model call (deskhand.retry.MODEL, every policy and the worst case
+# The one retry layer for a model call (deskhand.infra.retry.MODEL, every policy and the worst case
 # there): attempts in all, the first backoff in seconds (doubled each time), the cap on one
 # wait and on all waiting. The workflow never retries a model step on top of this.
 ANTHROPIC_RETRY = {
@@ -289,7 +289,7 @@ DESKHAND_APP_VERSION = release_version()
 DESKHAND_QUEUE = "deskhand-runs"
 # How often the runs queue and DBOS's internal queue poll when nothing tells them to.
 # Enqueueing NOTIFYs deskhand_queue, and every worker LISTENs and polls at once
-# (deskhand.dbos.engine.queues), so the interval is only the fallback for a lost notification and
+# (deskhand.engine.queues), so the interval is only the fallback for a lost notification and
 # for DBOS's own enqueues (schedules): long is cheap when idle, and each poll walks every
 # active workflow of the worker, parked ones included (docs/fleet.md, "Queue polling").
 DESKHAND_QUEUE_POLL_SEC = float(os.environ.get("DESKHAND_QUEUE_POLL_SEC", "5.0"))
@@ -307,7 +307,7 @@ DESKHAND_MODEL_RPM = {
 DESKHAND_MODEL_LIMIT_PERIOD_SEC = float(os.environ.get("DESKHAND_MODEL_LIMIT_PERIOD_SEC", "60"))
 # The model queues' polling interval, a fallback only. The worker that enqueues a call
 # kicks its own queue threads at once, and once a second while the call waits
-# (deskhand.dbos.engine.queues.queues_kicked_while_waiting), so a call held by the limiter starts
+# (deskhand.engine.queues.queues_kicked_while_waiting), so a call held by the limiter starts
 # within ~1 s of its slot freeing; idle, nothing polls fast. 0.1 s polling all day cost ~10%
 # of a core per worker, 1 s ~2% (docs/scaling.md, "Idle cost, explained").
 DESKHAND_MODEL_QUEUE_POLL_SEC = float(os.environ.get("DESKHAND_MODEL_QUEUE_POLL_SEC", "10"))
@@ -358,7 +358,7 @@ DESKHAND_SCRIPTED_TOKENS = (
 )
 DESKHAND_SCRIPTED_COST_MICROS = env_int("DESKHAND_SCRIPTED_COST_MICROS", 1000)
 
-# --- Inbound mail (deskhand/mail, docs/inbound-mail.md) --------------------
+# --- Inbound mail (deskhand/domain/mail, docs/inbound-mail.md) --------------------
 # A message larger than this is stored as rejected (its first bytes only) and refused.
 DESKHAND_INBOUND_MAX_BYTES = env_int("DESKHAND_INBOUND_MAX_BYTES", 10 * 1024 * 1024)
 # An attachment's bytes are kept up to this size; a larger one is kept by name, type and size.
@@ -395,7 +395,7 @@ ANYMAIL = {
 # base64 and form-encoding included (otherwise Django refuses the post before we see it).
 DATA_UPLOAD_MAX_MEMORY_SIZE = 3 * DESKHAND_INBOUND_MAX_BYTES + 1024 * 1024
 
-# --- Edge: input validation and login protection (deskhand/edge) -----------
+# --- Edge: input validation and login protection (deskhand/infra/edge) -----------
 # Failed sign-ins are counted in Postgres (edge.LoginFailure), per user name and client
 # address: this many within the cool-off lock that pair for the cool-off (then it lifts);
 # and per user name over every address: NAME_FAILURE_LIMIT lock the name from everywhere.

@@ -19,11 +19,11 @@ from django.http import Http404, HttpRequest, HttpResponse
 from django.urls import include, path, re_path
 from django.views.decorators.http import require_http_methods, require_safe
 
-from deskhand.api.urls import unknown as api_unknown
-from deskhand.console import passwords, team_views
-from deskhand.console.auth import login_view
-from deskhand.console.health import healthz
-from deskhand.edge.throttle import throttled
+from deskhand.infra.edge.throttle import throttled
+from deskhand.web.api.urls import unknown as api_unknown
+from deskhand.web.console import passwords, team_views
+from deskhand.web.console.auth import login_view
+from deskhand.web.console.health import healthz
 
 
 @require_safe
@@ -67,11 +67,11 @@ urlpatterns = [
     path("admin/", admin.site.urls),
     re_path(r"^static/(?P<path>.+)$", static_file),
     # Mail services' inbound webhooks (signed; CSRF-exempt like any webhook).
-    path("inbound/", include("deskhand.mail.urls")),
+    path("inbound/", include("deskhand.web.inbound.urls")),
     # The JSON API (docs/api.md): bearer keys, not sessions; problems, not pages.
-    path("api/v1/", include("deskhand.api.urls")),
+    path("api/v1/", include("deskhand.web.api.urls")),
     path("api/v1", api_unknown),  # not redirected to the slash: a problem, like every API path
-    path("", include("deskhand.console.urls")),
+    path("", include("deskhand.web.console.urls")),
 ]
 
-handler500 = "deskhand.edge.views.server_error"
+handler500 = "deskhand.infra.edge.views.server_error"

@@ -72,7 +72,7 @@ def start_payments_double() -> str:
     import django
 
     django.setup()
-    from deskhand.desk.models import Merchant
+    from deskhand.domain.desk.models import Merchant
     from tests.support.payments_api import PaymentsApi, charge_seeded_orders
 
     api = PaymentsApi().start()
@@ -90,7 +90,7 @@ def main() -> int:
     provider = parsed.provider
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "deskhand.settings")
     sys.path.insert(0, str(ROOT))
-    from deskhand import embedded_pg
+    from deskhand.infra import embedded_pg
 
     double_env = start_double() if provider == "double" else ""
 
@@ -121,7 +121,7 @@ def main() -> int:
         )
         procs.append(serve("manage.py", "mail_receiver", "--port", str(MAIL_PORT)))
         procs.append(
-            # The web process as the README starts it (deskhand/edge/web.py): proxy
+            # The web process as the README starts it (deskhand/infra/edge/web.py): proxy
             # headers believed only from DESKHAND_TRUSTED_PROXIES.
             serve(
                 "manage.py",

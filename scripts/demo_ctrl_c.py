@@ -167,7 +167,11 @@ def one_run(timeout: float) -> dict[str, object]:
         os.close(fd)
         if (data_dir / "pgdata" / "postmaster.pid").exists():  # a failed run's Postgres
             subprocess.run(
-                [sys.executable, "-c", "from deskhand import embedded_pg; embedded_pg.stop()"],
+                [
+                    sys.executable,
+                    "-c",
+                    "from deskhand.infra import embedded_pg; embedded_pg.stop()",
+                ],
                 cwd=ROOT,
                 env=env,
                 timeout=60,

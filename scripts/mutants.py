@@ -47,13 +47,13 @@ from agent import loop  # noqa: E402
 from agent.consent import policy as approval_policy  # noqa: E402
 from agent.conversation import fence  # noqa: E402
 from agent.ledger import effect as ledger_effect  # noqa: E402
-from agent.ledger.models import LedgerEntry  # noqa: E402
 from agent.models import Run  # noqa: E402
+from agent.models.ledger import LedgerEntry  # noqa: E402
+from agent.models.payloads import StepKind  # noqa: E402
+from agent.record.execute import tool_context  # noqa: E402
+from agent.record.steplog import log_step  # noqa: E402
 from agent.run import bounds  # noqa: E402
-from agent.run.payloads import StepKind  # noqa: E402
-from agent.run.steplog import log_step  # noqa: E402
 from agent.tools import ToolError, args_hash, get_tool  # noqa: E402
-from agent.tools.execute import tool_context  # noqa: E402
 from tests.devtools.evals.runner import (  # noqa: E402
     InProcessExecutor,
     Result,

@@ -17,8 +17,8 @@ _.ApiConfig
 _.ApiKeysConfig
 _.ready  # AppConfig.ready
 _.default_auto_field  # AppConfig
-_.adding  # Model._state.adding: Django reads it on save (agent.run.steplog._insert sets it)
-_._result_cache  # QuerySet: a prefetched relation's rows (deskhand.desk.rows.cache_related sets them)
+_.adding  # Model._state.adding: Django reads it on save (agent.record.steplog._insert sets it)
+_._result_cache  # QuerySet: a prefetched relation's rows (deskhand.domain.desk.rows.cache_related sets them)
 _._prefetch_done
 _.Command  # management commands: manage.py loads Command
 _.help
@@ -33,10 +33,10 @@ _.verbose_name
 _.verbose_name_plural
 _.urlpatterns  # URLconfs
 _.application  # asgi.py / wsgi.py, named in settings
-_.deskhand  # deskhand.desk.context_processors.deskhand, named in settings TEMPLATES
+_.deskhand  # deskhand.domain.desk.context_processors.deskhand, named in settings TEMPLATES
 _.migrate_system_schema  # called from agent/migrations/0003_dbos_schema.py (not scanned)
 
-# --- the console's templates read these (deskhand/console/) -------------------------------
+# --- the console's templates read these (deskhand/web/console/) -------------------------------
 _.stop_words  # {% load console_words %} filters
 _.tool_words
 _.arg_words
@@ -52,7 +52,7 @@ _.approved_summary
 _.list_display_links  # ModelAdmin option (agent/admin.py)
 _.short_id  # RunAdmin column, named in list_display
 
-# --- django-ninja registers these by their decorators (deskhand/api/) ---------------------
+# --- django-ninja registers these by their decorators (deskhand/web/api/) ---------------------
 _._unauthenticated  # @api.exception_handler
 _._http_error
 _.ticket_create  # @router.post / @router.get: the API's operations
@@ -63,9 +63,9 @@ _.run_cancel_op
 _.run_steer_op
 _.approval_list
 _.approval_decide_op
-# deskhand/apikeys: read by the keys page and the admin, or written in SQL
+# deskhand/domain/apikeys: read by the keys page and the admin, or written in SQL
 _.revoked_by_name  # templates/console/keys.html
-_.window_count  # deskhand.apikeys.services.key_count_request's UPDATE
+_.window_count  # deskhand.domain.apikeys.services.key_count_request's UPDATE
 _.last_status  # the help-desk relay's admin list
 
 # settings: read by Django through django.conf.settings
@@ -254,7 +254,7 @@ _.SMTP  # Merchant.mail_adapter choice, chosen in the admin or a shell
 _.mechanism  # aiosmtpd's authenticator signature
 # --- privacy (issue 17) ----------------------------------------------------------------
 _.removed  # RedactionView: read by templates/console/run.html
-_.erased_at  # Customer column: read by the run page, written by deskhand.desk.customer_data
+_.erased_at  # Customer column: read by the run page, written by deskhand.domain.desk.customer_data
 # --- the fleet ------------------------------------------------------------------------
 _.stopped_at  # fleet.Worker: written by the lease's SQL on a clean stop, read in the admin/psql
 _.__class__  # dbos_internals.install_queue_kick swaps DBOS's queue stop event's class in place
@@ -289,12 +289,12 @@ _.from_customer
 _.signing_key  # tests/mail fixture requested by name
 _.routed_run  # TicketMessage FK: the admin and the sweep read it by its _id
 # --- the API's contract (issue 36): the document's shapes and schemathesis's hooks ----------
-_.model_config  # pydantic reads it by name (deskhand/api/webhooks.py: the events' extra="forbid")
-_.delivery_id  # deskhand/api/webhooks.py: a field of the events out, written by approvals.outbox
+_.model_config  # pydantic reads it by name (deskhand/web/api/webhooks.py: the events' extra="forbid")
+_.delivery_id  # deskhand/web/api/webhooks.py: a field of the events out, written by approvals.outbox
 _.before_call  # schemathesis calls its hooks by name (tests/api/schemathesis_hooks.py)
 
 # --- the retry policies (issue 37): DBOS reads its step options by key ----------------------
-_.retries_allowed  # deskhand.retry.StepRetry: the keys of dbos.StepOptions / @DBOS.step
+_.retries_allowed  # deskhand.infra.retry.StepRetry: the keys of dbos.StepOptions / @DBOS.step
 _.interval_seconds
 _.backoff_rate
 

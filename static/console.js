@@ -13,7 +13,7 @@
   });
 
   // Money typed as people read it: "150" and "150.00" are both 150 of the currency, "1.5" is 1.50.
-  // The same rule as deskhand/desk/money.py:parse_amount, on text (no float), for a live preview.
+  // The same rule as deskhand/domain/desk/money.py:parse_amount, on text (no float), for a live preview.
   function parseCents(text) {
     var t = String(text).replace(/[\s,\u00a0]/g, "").replace(/^[$€£]/, "").replace(/[A-Za-z]{3}$/, "");
     var m = /^(\d{0,12})(?:\.(\d{0,2}))?$/.exec(t);
@@ -101,7 +101,7 @@
     return "expires in " + Math.floor(seconds) + " s";
   }
   // Relative times ("4 min ago", the exact time on hover) stay true on a page left open;
-  // the same wording as deskhand/console/story.py:ago.
+  // the same wording as deskhand/web/console/story.py:ago.
   function ago(seconds) {
     if (seconds < 45) return "just now";
     if (seconds < 3600) return Math.max(1, Math.round(seconds / 60)) + " min ago";

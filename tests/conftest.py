@@ -77,7 +77,7 @@ def pytest_configure(config: pytest.Config) -> None:
     if os.environ.get("DATABASE_URL") or hasattr(config, "workerinput"):
         return
     if getattr(config.option, "numprocesses", None):
-        from deskhand import embedded_pg
+        from deskhand.infra import embedded_pg
 
         embedded_pg.ensure_running()
 

@@ -48,7 +48,7 @@ def test_the_wheel_ships_no_doubles_evals_or_crash_worker(tmp_path: Path) -> Non
     assert tops == {"agent", "approvals", "deskhand"}, tops
     assert "agent/loop.py" in names and "agent/providers/policy.py" in names
     # Operator commands stay; the benchmark is development code (make bench, from a checkout).
-    assert "deskhand/dbos/engine/management/commands/worker.py" in names
+    assert "deskhand/engine/management/commands/worker.py" in names
     assert "agent/management/commands/seed.py" in names
     assert not [
         n

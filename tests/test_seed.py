@@ -12,10 +12,10 @@ from django.core.management import call_command
 from django.core.management.base import CommandError
 from django.db import connection
 
-from agent.ledger.models import LedgerEntry
 from agent.models import Run, Step
+from agent.models.ledger import LedgerEntry
 from approvals.models import Approval, AuditEvent, StaffNote
-from deskhand.desk.models import (
+from deskhand.domain.desk.models import (
     Customer,
     KbArticle,
     Membership,
@@ -245,7 +245,7 @@ def test_a_partly_seeded_database_is_not_patched_over(seeded, slug):
 def test_each_merchant_has_its_support_address_and_no_other_may_take_it(seeded):
     from django.db import IntegrityError, transaction
 
-    from deskhand.desk.models import SupportAddress
+    from deskhand.domain.desk.models import SupportAddress
 
     assert set(SupportAddress.objects.values_list("merchant__slug", "address", "primary")) == {
         ("northwind", "support@northwind.test", True),

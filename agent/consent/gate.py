@@ -15,24 +15,23 @@ from typing import Any
 from django.db import connection, transaction
 from django.utils import timezone
 
-from agent.consent.narrowing import changes_text
 from agent.consent.policy import policy_match
 from agent.conversation.live import DENIAL_TEXT  # noqa: F401 - the words a denial is sent as
 from agent.customer.news import REPLY_TOOL, reply_precheck
 from agent.ledger import lineage
 from agent.ledger.answers import log_effect_answer
-from agent.models import Run, RunStatus, Step
-from agent.run import payloads
+from agent.models import Run, RunStatus, Step, payloads
+from agent.models.payloads import StepKind
+from agent.record.steplog import log_step
 from agent.run.bounds import refund_precheck
-from agent.run.payloads import StepKind
-from agent.run.steplog import log_step
 from agent.steps import Opened, Verdict
 from agent.tools import args_hash, get_tool
+from agent.tools.narrowing import changes_text
 from approvals.models import Approval, ApprovalStatus
 from approvals.notifications import NotificationEvent, notify_approval
 from approvals.services import approval_decide_by_policy, approval_expire
-from deskhand import events
-from deskhand.desk.rows import row_by_pk
+from deskhand.domain.desk.rows import row_by_pk
+from deskhand.infra import events
 
 # The calls a pre-check may refuse before anyone is asked.
 PRECHECKED = ("issue_refund", REPLY_TOOL)

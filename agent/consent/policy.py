@@ -36,11 +36,11 @@ from django.utils import timezone
 from agent.tools import REGISTRY, Risk
 from approvals.audit import audit_record
 from approvals.models import Approval, ApprovalPolicy, ApprovalStatus, Channel
-from deskhand.desk.models import Merchant
-from deskhand.desk.money import format_cents
-from deskhand.desk.permissions import require_owner
-from deskhand.desk.rows import row_by_pk
-from deskhand.desk.services import merchant_day_start
+from deskhand.domain.desk.models import Merchant
+from deskhand.domain.desk.money import format_cents
+from deskhand.domain.desk.permissions import require_owner
+from deskhand.domain.desk.rows import row_by_pk
+from deskhand.domain.desk.services import merchant_day_start
 
 MAX_RULES = 10
 MAX_PER_DAY = 1000

@@ -46,7 +46,7 @@ from typing import Any
 from agent.conversation import fence
 from agent.conversation.prompts import fence_notice
 from agent.conversation.untrusted import REPLACED_ID_PREFIX
-from agent.run import payloads
+from agent.models import payloads
 from agent.tools.registry import canonical_json
 
 DENIAL_TEXT = (

@@ -29,10 +29,10 @@ from typing import Any
 from django.conf import settings
 from django.utils import timezone
 
-from deskhand.dbos import client as dbos_client
-from deskhand.dbos.names import inbound_workflow_id, line_workflow_id
-from deskhand.desk.models import Routing, TicketMessage
-from deskhand.mail.models import InboundEmail, InboundStatus
+from deskhand.domain.desk.models import Routing, TicketMessage
+from deskhand.domain.mail.models import InboundEmail, InboundStatus
+from deskhand.infra.dbos import client as dbos_client
+from deskhand.infra.dbos.names import inbound_workflow_id, line_workflow_id
 
 log = logging.getLogger(__name__)
 

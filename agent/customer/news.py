@@ -10,10 +10,10 @@ before anyone is asked, for every provider, and the step says why.
 
 from __future__ import annotations
 
-from agent.ledger.models import LedgerEntry
 from agent.models import Run
+from agent.models.ledger import LedgerEntry
 from agent.tools.irreversible import REMINDER_CALL_SUFFIX
-from deskhand.desk.models import MessageDirection, MessageKind, TicketMessage
+from deskhand.domain.desk.models import MessageDirection, MessageKind, TicketMessage
 
 REPLY_TOOL = "reply_to_customer"
 # Effects on the customer's money or orders: a run that made one has news for them.

@@ -39,17 +39,17 @@ from agent.models import OPEN_STATUSES, Run, RunStatus
 from agent.run.bounds import day_start
 from agent.run.services import RunRefused, run_create
 from approvals.models import Channel
-from deskhand import crashpoints
-from deskhand.crashpoints import Point
-from deskhand.dbos import client as dbos_client
-from deskhand.desk.models import (
+from deskhand.domain.desk.models import (
     AutoRuns,
     MessageDirection,
     MessageKind,
     Routing,
     TicketMessage,
 )
-from deskhand.desk.services import customer_messages_sent_today
+from deskhand.domain.desk.services import customer_messages_sent_today
+from deskhand.infra import crashpoints
+from deskhand.infra.crashpoints import Point
+from deskhand.infra.dbos import client as dbos_client
 
 log = logging.getLogger(__name__)
 

@@ -16,8 +16,8 @@ import logging
 from agent.customer.route import wake_key
 from agent.customer.wait import now, reminder_due, reminder_sent
 from agent.models import Run, RunStatus
-from deskhand.dbos import client as dbos_client
-from deskhand.desk.models import MessageDirection, MessageKind, TicketMessage
+from deskhand.domain.desk.models import MessageDirection, MessageKind, TicketMessage
+from deskhand.infra.dbos import client as dbos_client
 
 log = logging.getLogger(__name__)
 

@@ -2,7 +2,7 @@
 
 Each function is one durable step (``agent.loop`` calls them through the runtime). The
 run waits between ``customer_read`` calls on the ticket's topic
-(``deskhand.dbos.names.customer_topic``) until the reply window's end; a message only
+(``deskhand.infra.dbos.names.customer_topic``) until the reply window's end; a message only
 wakes it, and what the customer wrote is read from the thread here.
 
 When the merchant wants it (``Merchant.reply_reminder``), one reminder goes to the customer
@@ -25,14 +25,14 @@ from django.db import transaction
 from django.utils import timezone
 
 from agent.models import Run, RunStatus, Step
-from agent.run.payloads import StepKind
-from agent.run.steplog import log_step
+from agent.models.payloads import StepKind
+from agent.record.steplog import log_step
 from agent.steps import Answered, Parked, Reparked, Seen
 from agent.tools.irreversible import REMINDER_CALL_SUFFIX
 from agent.tools.registry import Risk
-from deskhand.dbos.names import customer_topic
-from deskhand.desk.models import MessageDirection, MessageKind, TicketMessage
-from deskhand.desk.services import ticket_note_add
+from deskhand.domain.desk.models import MessageDirection, MessageKind, TicketMessage
+from deskhand.domain.desk.services import ticket_note_add
+from deskhand.infra.dbos.names import customer_topic
 
 ASK_TOOL = "ask_customer"
 ANSWER_PREFIX = "The customer answered"

@@ -1,4 +1,4 @@
-"""What every effect adapter answers, and the one retry loop they share (``deskhand.retry.EFFECT``).
+"""What every effect adapter answers, and the one retry loop they share (``deskhand.infra.retry.EFFECT``).
 
 An adapter for a system outside this database does four things, each in a known
 transaction (``agent.ledger.intents`` drives them):
@@ -26,9 +26,9 @@ from collections.abc import Callable
 from typing import Any, Literal, Protocol
 
 from agent.effects import config
-from agent.ledger.models import LedgerEntry
+from agent.models.ledger import LedgerEntry
 from agent.tools.registry import ToolContext
-from deskhand import retry
+from deskhand.infra import retry
 
 State = Literal["done", "failed", "unknown"]
 
@@ -71,7 +71,7 @@ def with_retries(
 
     ``attempt`` raises ``Retry`` for an answer that leaves the effect undecided but safe to
     ask again under the same key (a 429, a 5xx, a lost connection); the wait is the
-    system's ``Retry-After`` when it gives one, else 0.5 s doubling (``deskhand.retry.EFFECT``,
+    system's ``Retry-After`` when it gives one, else 0.5 s doubling (``deskhand.infra.retry.EFFECT``,
     whose attempts and seconds ``budget`` sets). When the budget runs out the outcome is
     ``unknown``: the claim stays pending, and nothing is ever sent under a new key.
     """

@@ -27,7 +27,7 @@ Mail (SMTP through Django's email framework):
 its domain is the right-hand side of every ``Message-ID``).
 
 Both: ``DESKHAND_EFFECT_BUDGET_SECONDS`` (20) and ``DESKHAND_EFFECT_ATTEMPTS`` (4) bound the
-retries of one effect inside its step, all under the same key (``deskhand.retry.EFFECT``).
+retries of one effect inside its step, all under the same key (``deskhand.infra.retry.EFFECT``).
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ import dataclasses
 import os
 import re
 
-from deskhand.retry import EFFECT
+from deskhand.infra.retry import EFFECT
 
 
 class NotConfigured(Exception):

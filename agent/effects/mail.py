@@ -24,13 +24,13 @@ from django.core.mail.backends.smtp import EmailBackend
 
 from agent.effects import config
 from agent.effects.base import Outcome, Retry, with_retries
-from agent.ledger.models import LedgerEntry
+from agent.models.ledger import LedgerEntry
 from agent.tools.irreversible import asked_result, email_result, reply_result, ticket_email_send
 from agent.tools.reads import run_ticket
 from agent.tools.registry import ToolContext, ToolError
-from deskhand.desk import services, thread
-from deskhand.desk.models import Ticket
-from deskhand.desk.subjects import reply_subject
+from deskhand.domain.desk import services, thread
+from deskhand.domain.desk.models import Ticket
+from deskhand.domain.desk.subjects import reply_subject
 
 NAME = "smtp"
 REPLY = "reply_to_customer"

@@ -33,13 +33,13 @@ from django.utils import timezone
 
 from agent.effects import config
 from agent.effects.base import Outcome, Retry, with_retries
-from agent.ledger.models import LedgerEntry
+from agent.models.ledger import LedgerEntry
 from agent.tools.irreversible import refund_result
 from agent.tools.reads import customer_order
 from agent.tools.registry import ToolContext, ToolError
-from deskhand.desk import services
-from deskhand.desk.models import Merchant, Order, RefundStatus
-from deskhand.desk.money import format_cents
+from deskhand.domain.desk import services
+from deskhand.domain.desk.models import Merchant, Order, RefundStatus
+from deskhand.domain.desk.money import format_cents
 
 NAME = "payments"
 METADATA_KEY = "deskhand_ledger_key"

@@ -14,8 +14,8 @@ from typing import Any
 from django.db.models import Count
 
 from agent.effects import config
-from agent.effects.models import EffectFinding
-from agent.ledger.models import LedgerEntry, LedgerState
+from agent.models.effects import EffectFinding
+from agent.models.ledger import LedgerEntry, LedgerState
 
 
 def open_findings(merchant_id: int | None = None) -> list[EffectFinding]:

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from agent.run.payloads import StepKind
-from agent.run.steplog import log_step
+from agent.models.payloads import StepKind
+from agent.record.steplog import log_step
 from agent.steps import Done
 from agent.tools import Risk
 

@@ -19,25 +19,25 @@ from typing import Any
 
 from django.db import transaction
 
-from agent.consent.narrowing import (
+from agent.ledger import intents, lineage
+from agent.ledger.answers import log_effect_answer
+from agent.models import Run
+from agent.models.ledger import LedgerEntry, LedgerState
+from agent.record import faults
+from agent.record.execute import not_performed, tool_context
+from agent.record.steplog import storable
+from agent.steps import Done
+from agent.tools import ToolError, args_hash, get_tool
+from agent.tools.narrowing import (
     NarrowingRefused,
     approved_call,
     changes_text,
     with_change_note,
 )
-from agent.ledger import intents, lineage
-from agent.ledger.answers import log_effect_answer
-from agent.ledger.models import LedgerEntry, LedgerState
-from agent.models import Run
-from agent.run import faults
-from agent.run.steplog import storable
-from agent.steps import Done
-from agent.tools import ToolError, args_hash, get_tool
-from agent.tools.execute import not_performed, tool_context
 from approvals.models import Approval, ApprovalStatus
-from deskhand import events
-from deskhand.crashpoints import Point
-from deskhand.desk.rows import row_by_pk
+from deskhand.domain.desk.rows import row_by_pk
+from deskhand.infra import events
+from deskhand.infra.crashpoints import Point
 
 
 def ledger_key(root: Run, call_id: str, digest: str) -> str:
@@ -59,7 +59,7 @@ def execute_irreversible(run_id: str, seq: int, call: dict[str, Any], approval_i
     ``stop`` with its ``detail`` (``agent.steps.Done``).
 
     What is performed is the *approved* call: the proposal, or the narrower call
-    a person approved instead (``agent.consent.narrowing``; re-checked here against the
+    a person approved instead (``agent.tools.narrowing``; re-checked here against the
     registry and the recorded hash). The ledger key, the lineage's identity and
     every ceiling apply to it, and the model's result says a person changed it.
 

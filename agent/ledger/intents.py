@@ -39,17 +39,17 @@ from agent.effects.mail import SmtpAdapter
 from agent.effects.payments import PaymentsAdapter
 from agent.ledger.answers import log_effect_answer
 from agent.ledger.lineage import describe
-from agent.ledger.models import LedgerEntry, LedgerState
 from agent.models import TERMINAL_STATUSES, Run
-from agent.privacy.masking import mask_result
-from agent.run import faults
-from agent.run.steplog import storable
+from agent.models.ledger import LedgerEntry, LedgerState
+from agent.record import faults
+from agent.record.steplog import storable
 from agent.steps import Done
 from agent.tools import get_tool
+from agent.tools.masking import mask_result
 from agent.tools.registry import ToolContext, ToolDef, ToolError
-from deskhand import events
-from deskhand.apikeys.relay import relays_replies
-from deskhand.crashpoints import Point
+from deskhand.domain.apikeys.relay import relays_replies
+from deskhand.infra import events
+from deskhand.infra.crashpoints import Point
 
 DATABASE = "database"
 ADAPTERS: dict[str, Adapter] = {
@@ -63,7 +63,7 @@ def adapter_name(merchant: Any, tool: ToolDef, ticket_id: int | None = None) -> 
 
     Mail on a ticket whose help desk takes replies stays in the database: the line it
     writes on the thread is relayed to the desk as a signed webhook
-    (``deskhand.apikeys.relay``), and the customer gets it there, not also as an email.
+    (``deskhand.domain.apikeys.relay``), and the customer gets it there, not also as an email.
     """
     if tool.external == "payments" and merchant.refund_adapter == "payments":
         return PaymentsAdapter.name
@@ -125,7 +125,7 @@ def _record(
     entry: LedgerEntry, adapter: Adapter, outcome: Outcome, run_id: str
 ) -> tuple[str, bool]:
     text, ok = adapter.record(entry, outcome)
-    # What the model reads, masked as every tool result is (``agent.privacy.masking``).
+    # What the model reads, masked as every tool result is (``agent.tools.masking``).
     text = mask_result(text, get_tool(entry.tool).unmasked)
     text = storable(config.redact(faults.after_tool(entry.tool, run_id, text)))
     entry.provider_calls += outcome.calls
@@ -192,7 +192,7 @@ def settle(
     Holds the entry's row lock throughout, so reconciliation never settles a claim a step
     is working on. ``may_send``: the run was active when the claim was (re-)read; a claim
     past the provider's key window is looked up even then. ``note`` turns the recorded
-    result into what the model reads (a person's changes to the call, ``agent.consent.narrowing``);
+    result into what the model reads (a person's changes to the call, ``agent.tools.narrowing``);
     the ledger keeps the adapter's own words.
     """
     name, call_id, args = call["name"], call["id"], call["input"]

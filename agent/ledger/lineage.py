@@ -21,7 +21,7 @@ changes every call (a refund's reason, an email's subject):
 The same-call-id rule is kept first (a fork under the scripted provider re-derives
 the original's ids), so a call the lineage already answered keeps its answer.
 Refund ceilings that count across the ticket's runs live in
-``deskhand.desk.services.refund_issue``, inside the refund's own transaction.
+``deskhand.domain.desk.services.refund_issue``, inside the refund's own transaction.
 """
 
 from __future__ import annotations
@@ -32,12 +32,12 @@ from typing import Any
 
 from django.db.models import Q
 
-from agent.ledger.models import LedgerEntry, LedgerState
 from agent.models import Run
+from agent.models.ledger import LedgerEntry, LedgerState
 from agent.steps import Done
 from agent.tools import args_hash, get_tool
 from agent.tools.registry import effect_hash, identity_hash
-from deskhand.desk.money import format_cents
+from deskhand.domain.desk.money import format_cents
 
 
 def call_identity(name: str, args: Any) -> str:

@@ -17,12 +17,12 @@ from typing import Any
 from django.conf import settings
 from django.core.management.base import BaseCommand
 
+from agent.models.payloads import StepKind
 from agent.replay import corpus, timeline
 from agent.replay import diverge as divergence
 from agent.replay.rebuild import system_for
-from agent.run.payloads import StepKind
-from deskhand.cli import CliError
-from deskhand.desk.models import Merchant
+from deskhand.domain.cli import CliError
+from deskhand.domain.desk.models import Merchant
 
 # A spend limit above this is a typo, not a budget.
 MAX_SPEND_USD = decimal.Decimal(10_000)

@@ -10,7 +10,7 @@ from django.contrib.auth import get_user_model
 
 from agent.models import TERMINAL_STATUSES, Run, RunStatus
 from agent.run.selectors import run_outcome
-from deskhand.cli import CliError
+from deskhand.domain.cli import CliError
 
 
 def user_by_email(email: str) -> Any:

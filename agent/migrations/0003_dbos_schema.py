@@ -9,7 +9,7 @@ from django.db import migrations
 
 
 def create_dbos_schema(apps, schema_editor):
-    from deskhand.dbos.client import migrate_system_schema
+    from deskhand.infra.dbos.client import migrate_system_schema
 
     migrate_system_schema(schema_editor.connection.alias)
 

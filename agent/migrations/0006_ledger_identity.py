@@ -3,7 +3,7 @@
 Existing rows are backfilled with the same hash ``agent.tools.registry.identity_hash``
 computes (the identity fields are written out here so this migration never changes
 when the registry does), and their keys move from ``root:call_id`` to
-``root:call_id:args_hash[:16]`` (``agent.tools.execute.ledger_key``), so a step
+``root:call_id:args_hash[:16]`` (``agent.record.execute.ledger_key``), so a step
 re-executed after the upgrade still finds its own claim. The old key was unique,
 so the new one is too.
 """

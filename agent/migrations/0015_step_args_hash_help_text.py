@@ -13,6 +13,6 @@ class Migration(migrations.Migration):
         migrations.AlterField(
             model_name='step',
             name='args_hash',
-            field=models.CharField(blank=True, help_text='Which call wrote this row (agent.run.steplog.call_hash); empty on rows written before it was recorded.', max_length=64),
+            field=models.CharField(blank=True, help_text='Which call wrote this row (agent.record.steplog.call_hash); empty on rows written before it was recorded.', max_length=64),
         ),
     ]

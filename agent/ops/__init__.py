@@ -1,4 +1,4 @@
 """What an operator asks of the product: health (``manage.py health``, ``GET /healthz``).
 
-May import every part of ``agent``, the fleet and ``deskhand.dbos.client``.
+May import every part of ``agent``, the fleet and ``deskhand.infra.dbos.client``.
 """

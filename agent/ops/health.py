@@ -4,7 +4,7 @@
 
 * **database** — reachable, and how long one round trip took;
 * **workers** — every registered executor id, alive or not (alive: its session
-  advisory lock is held right now, ``deskhand.fleet.lease``), with its version, host,
+  advisory lock is held right now, ``deskhand.infra.fleet.lease``), with its version, host,
   pid and how long ago it last renewed its lease; a takeover is shown on the dead id;
 * **queue** — runs enqueued and not yet picked up (the queue's depth), runs executing,
   runs parked waiting for a person;
@@ -14,7 +14,7 @@
 * **versions nobody serves** — open runs whose application version no live worker
   runs: after a deploy they wait for a draining worker or ``manage.py move_runs``;
 * **effects** — open reconciliation findings (the ledger and a payment provider disagree,
-  ``agent.effects.provider_reconciliation``) by kind and merchant, and claims still pending at a provider;
+  ``agent.ledger.provider_reconciliation``) by kind and merchant, and claims still pending at a provider;
 * **intake** — stored mail not yet processed and customer lines not yet routed, past the
   grace period (``agent.customer.intake``), the oldest one's age, how many the sweep re-drove
   in the last day (each a hand-on a crash lost), and how many are stuck (their workflows
@@ -41,8 +41,8 @@ from agent.effects.selectors import findings_summary
 from agent.models import Run, RunStatus
 from agent.run.workflow_findings import workflow_findings_summary
 from approvals.models import Approval, ApprovalStatus
-from deskhand.fleet.lease import lock_key
-from deskhand.fleet.models import Worker
+from deskhand.infra.fleet.lease import lock_key
+from deskhand.infra.fleet.models import Worker
 
 STUCK_AFTER = dt.timedelta(minutes=15)
 

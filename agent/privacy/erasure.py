@@ -13,8 +13,8 @@ run in flight (cancel it first). ``Erasure.counts`` says what would change (the
 2. each run is redacted (``agent.privacy.redaction``, marker ``[erased]``), its ledger's
    words included — amounts, orders, keys, hashes and approvers stay;
 3. the mail they sent loses its bytes, addresses and attachments
-   (``deskhand.mail.erasure``; first, while their address still finds the held rows),
-   then the desk's rows are pseudonymised (``deskhand.desk.customer_data``);
+   (``deskhand.domain.mail.erasure``; first, while their address still finds the held rows),
+   then the desk's rows are pseudonymised (``deskhand.domain.desk.customer_data``);
 4. one audit event records who erased which customer (by id) and the counts,
    never the data.
 
@@ -30,18 +30,18 @@ from typing import Any
 from django.db import transaction
 from django.utils import timezone
 
-from agent.ledger.models import LedgerEntry
 from agent.models import OPEN_STATUSES, Run, Step
-from agent.privacy.models import RedactionReason
+from agent.models.ledger import LedgerEntry
+from agent.models.privacy import RedactionReason
 from agent.privacy.redaction import ERASED, redact_json, run_redact
 from approvals.audit import audit_record
 from approvals.models import Approval, AuditEvent, Channel, StaffNote
-from deskhand.apikeys.erasure import StoredResponseRows
-from deskhand.dbos import client as dbos_client
-from deskhand.desk.customer_data import CustomerRows, customers_by_email
-from deskhand.desk.models import Customer, Membership, Role, Ticket
-from deskhand.desk.permissions import NotAllowed, NotVisible, require_actor
-from deskhand.mail.erasure import InboundRows
+from deskhand.domain.apikeys.erasure import StoredResponseRows
+from deskhand.domain.desk.customer_data import CustomerRows, customers_by_email
+from deskhand.domain.desk.models import Customer, Membership, Role, Ticket
+from deskhand.domain.desk.permissions import NotAllowed, NotVisible, require_actor
+from deskhand.domain.mail.erasure import InboundRows
+from deskhand.infra.dbos import client as dbos_client
 
 
 class ErasureRefused(Exception):

@@ -41,10 +41,9 @@ from typing import Any
 
 from django.db import connection, transaction
 
-from agent.ledger.models import LedgerEntry
-from agent.models import Run, Step
-from agent.privacy.models import Redaction, RedactionReason
-from agent.run import payloads
+from agent.models import Run, Step, payloads
+from agent.models.ledger import LedgerEntry
+from agent.models.privacy import Redaction, RedactionReason
 from agent.run.selectors import effects_summary
 from agent.tools import REGISTRY
 from approvals.models import Approval, AuditEvent, StaffNote

@@ -1,7 +1,7 @@
 """Retention: a finished run keeps its words for its merchant's ``retention_days``, then loses them.
 
 ``retention_sweep(now=...)`` is what the scheduled DBOS workflow
-(``deskhand.dbos.engine.schedules``) runs once a day, with the time the firing was
+(``deskhand.engine.schedules``) runs once a day, with the time the firing was
 scheduled for; a test hands it any clock it likes. For each merchant, every run
 that finished more than ``Merchant.retention_days`` before ``now`` and still has
 its words is, in batches:
@@ -16,7 +16,7 @@ its words is, in batches:
 
 The run page then says what was redacted and when; replay and fork refuse it.
 Then inbound mail's raw bytes past ``DESKHAND_INBOUND_RAW_RETENTION_DAYS`` are dropped
-(``deskhand.mail.retention.inbound_prune``; the row keeps its facts). Finally the sweeps'
+(``deskhand.domain.mail.retention.inbound_prune``; the row keeps its facts). Finally the sweeps'
 own history (one workflow per firing, a minute apart for the escalation sweep) and the
 intake's (one workflow per message and per line; they carry ids, never words) are trimmed
 to ``DESKHAND_SWEEP_HISTORY_DAYS``.
@@ -35,16 +35,16 @@ from django.conf import settings
 from django.db.models import Q
 
 from agent.models import TERMINAL_STATUSES, Run
-from agent.privacy.models import RedactionReason
+from agent.models.privacy import RedactionReason
 from agent.privacy.redaction import RedactionRefused, run_redact
-from deskhand.dbos import client as dbos_client
-from deskhand.dbos.names import CUSTOMER_LINE_WORKFLOW, INBOUND_WORKFLOW
-from deskhand.desk.models import Merchant
-from deskhand.mail.retention import inbound_prune
+from deskhand.domain.desk.models import Merchant
+from deskhand.domain.mail.retention import inbound_prune
+from deskhand.infra.dbos import client as dbos_client
+from deskhand.infra.dbos.names import CUSTOMER_LINE_WORKFLOW, INBOUND_WORKFLOW
 
 log = logging.getLogger(__name__)
 
-# The scheduled workflows whose firings are trimmed (deskhand.dbos.engine.schedules): every
+# The scheduled workflows whose firings are trimmed (deskhand.engine.schedules): every
 # schedule the worker registers (a test holds that).
 SWEEP_WORKFLOWS = [
     "approvals.escalation_sweep",

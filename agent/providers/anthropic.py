@@ -4,7 +4,7 @@ The request is the same shape every turn — one cached system block, the
 strict tool schemas in a fixed order, the history — so the prompt cache stays
 warm across a run.
 
-**Retries live here and only here**, under the ``MODEL`` policy of ``deskhand.retry``
+**Retries live here and only here**, under the ``MODEL`` policy of ``deskhand.infra.retry``
 (the module of every retry policy, which counts the worst case). The SDK is built with
 ``max_retries=0``; ``complete`` retries what can succeed later — HTTP 429, 500, 502, 503,
 504 and 529, connection errors and timeouts — with exponential backoff (jittered,
@@ -51,9 +51,9 @@ from agent.providers import pricing
 from agent.providers.anthropic_reply import read_message
 from agent.providers.base import ModelReply, return_waits
 from agent.providers.base import ProviderError as ProviderError
-from deskhand.retry import MODEL_TRANSIENT_STATUSES as TRANSIENT_STATUSES
-from deskhand.retry import RetryPolicy as RetryPolicy
-from deskhand.retry import retry_call
+from deskhand.infra.retry import MODEL_TRANSIENT_STATUSES as TRANSIENT_STATUSES
+from deskhand.infra.retry import RetryPolicy as RetryPolicy
+from deskhand.infra.retry import retry_call
 
 _KIND_BY_STATUS = {
     400: "invalid_request_error",

@@ -40,7 +40,7 @@ from agent.providers.policy_reading import (
 )
 from agent.providers.replies import question_body, reply_body
 from agent.providers.scripted import MARK, _assistant_turns, _Reporting, say
-from deskhand.desk.money import display_cents
+from deskhand.domain.desk.money import display_cents
 
 Step = tuple[str, dict[str, Any]]
 Placed = tuple[dt.datetime, dict[str, Any]]

@@ -10,7 +10,7 @@ reasoning written for staff, never with the provider's internal mark, and never 
 customer's text back (it may hold instructions addressed to the agent). It names money as
 the customer reads it (``$38.00``) and never the ticket's reference, which the customer has
 only seen in the subject's tag. The merchant's name is added as the signature where the
-reply is sent (``deskhand.desk.thread.signed``).
+reply is sent (``deskhand.domain.desk.thread.signed``).
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from deskhand.desk.money import display_cents
+from deskhand.domain.desk.money import display_cents
 
 # ``agent.providers.policy``'s Case and Verdict; not imported, so the two modules make no circle.
 Case = Any

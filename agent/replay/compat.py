@@ -14,7 +14,7 @@ from typing import Any
 
 from agent.conversation.live import prompt_sha256
 from agent.conversation.prompts import system_prompt
-from agent.ledger.models import LedgerEntry
+from agent.models.ledger import LedgerEntry
 from agent.tools import api_schemas
 
 UNVERSIONED_SYSTEM = (

@@ -25,13 +25,13 @@ from django.db import connection, transaction
 from django.utils import timezone
 
 from agent.models import TERMINAL_STATUSES, Run
+from agent.models.payloads import StepKind
 from agent.privacy.redaction import replay_refusal
 from agent.providers import provider_for, provider_for_run
 from agent.providers.base import Provider
 from agent.providers.pricing import UnknownModel, require_priced
 from agent.providers.scripted import POLICY_MODEL
 from agent.replay import diverge, timeline
-from agent.run.payloads import StepKind
 
 PROVIDERS = ("anthropic", "scripted")
 # Providers that cost money: a corpus against one needs a spend limit.

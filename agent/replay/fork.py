@@ -56,21 +56,21 @@ from agent.models import (
     Step,
     StopReason,
     WorkflowFindingKind,
+    payloads,
 )
+from agent.models.payloads import StepKind
 from agent.privacy.redaction import replay_refusal
 from agent.replay.timeline import effective_steps
-from agent.run import payloads
-from agent.run.payloads import StepKind
 from agent.run.services import RunRefused, bounds_snapshot, run_mark_failed
 from agent.run.workflow_findings import finding_record
 from agent.runtime import StepName
 from agent.tools import Risk, risk_of
 from approvals.audit import audit_record
 from approvals.models import Channel
-from deskhand.dbos import client as dbos_client
-from deskhand.dbos.client import WorkflowOrigin, fork_run_workflow, workflow_steps
-from deskhand.dbos.names import LIMITED_CALL_WORKFLOW
-from deskhand.desk.permissions import require_actor
+from deskhand.domain.desk.permissions import require_actor
+from deskhand.infra.dbos import client as dbos_client
+from deskhand.infra.dbos.client import WorkflowOrigin, fork_run_workflow, workflow_steps
+from deskhand.infra.dbos.names import LIMITED_CALL_WORKFLOW
 
 log = logging.getLogger(__name__)
 
@@ -146,7 +146,7 @@ def _start_function_id(run: Run, step: Step, checkpoints: dict[int, str] | None 
         )
     name = checkpoints.get(step.function_id)
     if step.kind == StepKind.MODEL:
-        # A rate-limited call (deskhand.dbos.engine.workflow) is the run's start of its child workflow.
+        # A rate-limited call (deskhand.engine.workflow) is the run's start of its child workflow.
         expected = LIMITED_CALL_WORKFLOW if name == LIMITED_CALL_WORKFLOW else "model"
     elif step.kind == StepKind.APPROVAL:
         expected = "gate.request"
@@ -253,7 +253,7 @@ def run_of(workflow_id: str) -> Run | None:
 def workflow_adopt(workflow_id: str) -> Adoption:
     """The run of the run workflow ``workflow_id``, adopting a fork made with DBOS's own tools.
 
-    Asked by the workflow before its first step (``deskhand.dbos.engine.workflow``) and by
+    Asked by the workflow before its first step (``deskhand.engine.workflow``) and by
     the reconciler for forks still queued, so a fork gets its answer whichever comes first;
     the parent run's row lock makes them take turns. A workflow with a run is simply that
     run's. One without is a fork an operator made (``dbos workflow fork <run> --step N``):

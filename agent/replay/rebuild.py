@@ -36,11 +36,10 @@ from agent.conversation.live import (
 )
 from agent.conversation.prompt_versions import TOKEN_SLOT, render, template_of, version_sha256
 from agent.conversation.prompts import system_prompt
-from agent.models import Step, StopReason
+from agent.models import Step, StopReason, payloads
+from agent.models.payloads import StepKind
 from agent.replay import compat
 from agent.replay.timeline import Timeline
-from agent.run import payloads
-from agent.run.payloads import StepKind
 from agent.tools import api_schemas, args_hash
 from agent.tools.irreversible import ASKED_PREFIX, REMINDER_CALL_SUFFIX
 

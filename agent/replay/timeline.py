@@ -13,11 +13,10 @@ from typing import Any
 
 from agent.conversation import fence
 from agent.ledger import lineage
-from agent.ledger.models import LedgerEntry
-from agent.models import PromptVersion, Run, Step
+from agent.models import PromptVersion, Run, Step, payloads
+from agent.models.ledger import LedgerEntry
+from agent.models.payloads import StepKind
 from agent.replay import compat
-from agent.run import payloads
-from agent.run.payloads import StepKind
 
 
 @dataclasses.dataclass(frozen=True)

@@ -13,7 +13,7 @@ The checks run in a fixed order and the first one hit ends the run
 (``run_finish``: what the model said, then "Effects:" from the ledger).
 
 Money that leaves — refunds — is bounded elsewhere, in the refund's own
-transaction under row locks (``deskhand.desk.services.refund_issue``): the
+transaction under row locks (``deskhand.domain.desk.services.refund_issue``): the
 order's refundable remainder, the run's refund ceiling and the merchant's
 daily refund ceiling. A refusal there is an error tool result the model reads,
 not the end of the run. ``refund_precheck`` answers the same question
@@ -34,14 +34,14 @@ from django.db import connection
 from django.utils import timezone
 
 from agent.models import Run
-from agent.run.payloads import StepKind
+from agent.models.payloads import StepKind
 from agent.steps import Bounds
 from agent.tools.reads import order_of_customer
 from agent.tools.registry import ToolError
-from deskhand.desk.money import format_cents, format_micros
-from deskhand.desk.rows import row_by_pk
-from deskhand.desk.selectors import refund_totals
-from deskhand.desk.services import merchant_day_start
+from deskhand.domain.desk.money import format_cents, format_micros
+from deskhand.domain.desk.rows import row_by_pk
+from deskhand.domain.desk.selectors import refund_totals
+from deskhand.domain.desk.services import merchant_day_start
 
 Hit = dict[str, str]
 Check = Callable[[Run, dt.datetime], Hit | None]

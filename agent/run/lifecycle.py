@@ -1,6 +1,6 @@
 """The run's own lifecycle steps: begin, finish, fail — each one durable step of the workflow.
 
-They are plain synchronous Django code (``deskhand/dbos/engine/workflow.py`` runs them as DBOS steps);
+They are plain synchronous Django code (``deskhand/engine/workflow.py`` runs them as DBOS steps);
 closing a run goes through ``agent.run.services.run_close``, the one way a run ends, so a
 finish, a failure and a cancellation all leave the same truthful shape.
 """
@@ -12,16 +12,16 @@ from django.utils import timezone
 
 from agent.conversation import fence
 from agent.models import TERMINAL_STATUSES, Run, RunStatus, StopReason
-from agent.run.payloads import StepKind
+from agent.models.payloads import StepKind
 from agent.run.selectors import effects_summary
 from agent.run.services import next_seq, run_close, run_close_pending_approvals, run_mark_failed
 from agent.steps import Begun, Finished
 from approvals.audit import audit_record
 from approvals.models import Channel
-from deskhand import events
-from deskhand.desk.models import Priority, TicketStatus
-from deskhand.desk.rows import row_by_pk
-from deskhand.desk.services import ticket_set_priority, ticket_set_status
+from deskhand.domain.desk.models import Priority, TicketStatus
+from deskhand.domain.desk.rows import row_by_pk
+from deskhand.domain.desk.services import ticket_set_priority, ticket_set_status
+from deskhand.infra import events
 
 
 def run_begin(run_id: str) -> Begun:

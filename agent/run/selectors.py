@@ -12,13 +12,13 @@ from typing import Any
 
 from django.db.models import Exists, OuterRef, Q, Sum
 
-from agent.consent.narrowing import changes_text
 from agent.ledger.lineage import CUSTOMER_MAIL, describe, inherited_effects
-from agent.ledger.models import LedgerEntry, LedgerState
 from agent.models import Run
+from agent.models.ledger import LedgerEntry, LedgerState
+from agent.tools.narrowing import changes_text
 from approvals.models import Approval, ApprovalStatus
-from deskhand.desk.models import OutboundEmail, Refund, RefundStatus, Ticket, TicketStatus
-from deskhand.desk.rows import row_by_pk
+from deskhand.domain.desk.models import OutboundEmail, Refund, RefundStatus, Ticket, TicketStatus
+from deskhand.domain.desk.rows import row_by_pk
 
 
 def _decided_how(approval: Approval | None) -> str:

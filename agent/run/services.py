@@ -34,19 +34,19 @@ from django.utils import timezone
 
 from agent.conversation.prompts import opening_prompt
 from agent.models import OPEN_STATUSES, TERMINAL_STATUSES, Run, RunStatus, StopReason
+from agent.models.payloads import StepKind
 from agent.providers import default_provider, pricing
-from agent.run.payloads import StepKind
+from agent.record.steplog import log_step
 from agent.run.selectors import effects_summary
-from agent.run.steplog import log_step
 from agent.steps import Finished
 from approvals.audit import audit_record
 from approvals.models import Approval, ApprovalStatus, Channel
 from approvals.notifications import notify_run_finished
 from approvals.services import approval_expire, approval_withdraw
-from deskhand import events
-from deskhand.dbos import client as dbos_client
-from deskhand.desk.models import Ticket
-from deskhand.desk.permissions import require_actor
+from deskhand.domain.desk.models import Ticket
+from deskhand.domain.desk.permissions import require_actor
+from deskhand.infra import events
+from deskhand.infra.dbos import client as dbos_client
 
 log = logging.getLogger(__name__)
 

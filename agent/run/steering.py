@@ -8,14 +8,13 @@ from typing import Any
 from django.db import connection, transaction
 from django.utils import timezone
 
-from agent.models import ACTIVE_STATUSES, Run, Step
-from agent.run import payloads
-from agent.run.payloads import StepKind
-from agent.run.steplog import log_step
+from agent.models import ACTIVE_STATUSES, Run, Step, payloads
+from agent.models.payloads import StepKind
+from agent.record.steplog import log_step
 from approvals.audit import audit_record
 from approvals.models import Channel, StaffNote
-from deskhand.dbos import client as dbos_client
-from deskhand.desk.permissions import require_actor
+from deskhand.domain.desk.permissions import require_actor
+from deskhand.infra.dbos import client as dbos_client
 
 log = logging.getLogger(__name__)
 

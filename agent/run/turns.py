@@ -39,16 +39,17 @@ from agent.conversation.live import messages_sha256, prompt_sha256, with_guidanc
 from agent.conversation.prompts import system_prompt
 from agent.conversation.untrusted import ids_used, reply_content, storable
 from agent.models import Run
+from agent.models.payloads import ModelPayload, StepKind
 from agent.providers import provider_for_run
 from agent.providers.base import ProviderError, return_waits
-from agent.run import bounds, faults, steering
+from agent.record import faults
+from agent.record.steplog import log_step
+from agent.run import bounds, steering
 from agent.run.bounds import bounds_step
-from agent.run.payloads import ModelPayload, StepKind
 from agent.run.steering import notes_take
-from agent.run.steplog import log_step
 from agent.steps import Reply, Turn, Wait
 from agent.tools import api_schemas
-from deskhand.desk.rows import row_by_pk
+from deskhand.domain.desk.rows import row_by_pk
 
 
 def model_turn(

@@ -1,6 +1,6 @@
 """What was done to runs' workflows with DBOS's own tools, and what Deskhand did about it.
 
-The writers are the reconciler (``agent.run.reconciler``) and a run workflow that starts
+The writers are the reconciler (``agent.ops.reconciler``) and a run workflow that starts
 with no run (``agent.replay.fork.workflow_adopt``); the readers are ``manage.py health``,
 the console's attention queue and ``manage.py workflow_findings``. One row per workflow
 and kind (``WorkflowFinding``): seen again, it is the same row (``last_seen_at`` moves on).

@@ -29,10 +29,10 @@ from agent.tools.reads import (
     run_ticket,
 )
 from agent.tools.registry import Narrowing, Risk, ToolContext, ToolDef, ToolOutcome
-from deskhand.desk import services, thread
-from deskhand.desk.models import Order, OutboundEmail, Refund, Ticket
-from deskhand.desk.money import format_cents
-from deskhand.desk.subjects import reply_subject
+from deskhand.domain.desk import services, thread
+from deskhand.domain.desk.models import Order, OutboundEmail, Refund, Ticket
+from deskhand.domain.desk.money import format_cents
+from deskhand.domain.desk.subjects import reply_subject
 
 
 def _ledger_entry(ctx: ToolContext, tool: str) -> int:

@@ -19,11 +19,11 @@ from typing import Any
 
 from django.utils import timezone
 
-from agent.privacy.masking import mask_email
+from agent.tools.masking import mask_email
 from agent.tools.registry import Handler, Risk, ToolContext, ToolDef, ToolError, ToolOutcome
-from deskhand.desk import selectors
-from deskhand.desk.models import Customer, Order, RefundStatus, Ticket
-from deskhand.desk.services import DomainError
+from deskhand.domain.desk import selectors
+from deskhand.domain.desk.models import Customer, Order, RefundStatus, Ticket
+from deskhand.domain.desk.services import DomainError
 
 # --- shared by the read, reversible and irreversible tools ---------------------
 
@@ -245,7 +245,7 @@ def get_customer(ctx: ToolContext, args: dict[str, Any]) -> ToolOutcome:
     email = args["email"].strip()
     customer = selectors.customer_get_by_email(merchant_id=ctx.merchant_id, email=email)
     if customer is None:
-        # The model only ever saw the address masked (agent.privacy.masking): that form names
+        # The model only ever saw the address masked (agent.tools.masking): that form names
         # the ticket's customer too. Only theirs: the scope is the ticket, never a search.
         own = Customer.objects.filter(pk=ctx.customer_id, merchant_id=ctx.merchant_id).first()
         customer = own if own is not None and mask_email(own.email) == email else None

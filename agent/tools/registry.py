@@ -17,7 +17,7 @@ from typing import Any
 
 import jsonschema
 
-from agent.privacy.masking import mask_result
+from agent.tools.masking import mask_result
 
 
 class Risk(enum.StrEnum):
@@ -91,7 +91,7 @@ class ToolDef:
     content: tuple[str, ...] = ()
     # Irreversible tools: the fields a person may change when approving, and how (a smaller
     # refund, an edited body). Everything else — the order, the recipient, the tool — is
-    # approved exactly as proposed or not at all (``agent.consent.narrowing``).
+    # approved exactly as proposed or not at all (``agent.tools.narrowing``).
     narrowable: tuple[tuple[str, Narrowing], ...] = ()
     # The argument fields that are wording (a reason, a note's or an email's body, a search's
     # words) rather than a decision. ``replay --diverge`` compares every other field — amounts,
@@ -110,7 +110,7 @@ class ToolDef:
     external: str = ""
     # Result fields shown to the model in full: the tool's purpose needs the email addresses
     # or phone numbers in them (a staff member to assign to, the merchant's own published
-    # text). Everything else in a result is masked (``agent.privacy.masking``).
+    # text). Everything else in a result is masked (``agent.tools.masking``).
     unmasked: tuple[str, ...] = ()
 
     def narrowing(self) -> dict[str, Narrowing]:

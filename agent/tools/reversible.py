@@ -2,7 +2,7 @@
 
 Each one acts only on the run's own ticket and returns the inverse that undoes
 it (``None`` when nothing changed), which the step log keeps for the console's
-undo. The writes themselves live in ``deskhand.desk.services``.
+undo. The writes themselves live in ``deskhand.domain.desk.services``.
 """
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ from django.contrib.auth.models import User
 
 from agent.tools.reads import STRING, check_args, domain_errors, object_schema, outcome, run_ticket
 from agent.tools.registry import Risk, ToolContext, ToolDef, ToolError, ToolOutcome
-from deskhand.desk import services
-from deskhand.desk.models import Priority, TicketStatus
+from deskhand.domain.desk import services
+from deskhand.domain.desk.models import Priority, TicketStatus
 
 MAX_TAGS = 8
 

@@ -6,8 +6,8 @@ from typing import Any
 
 from django.test import Client
 
-from deskhand.apikeys.services import key_create
-from deskhand.desk.models import Merchant
+from deskhand.domain.apikeys.services import key_create
+from deskhand.domain.desk.models import Merchant
 from tests.console.conftest import LU_OWNER, NW_OWNER, fake_dbos, user
 
 __all__ = ["fake_dbos"]

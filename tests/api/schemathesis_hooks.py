@@ -18,7 +18,7 @@ from typing import Any
 
 import schemathesis
 
-# The test passes the server's own rule (``deskhand.apikeys.store``: importing it here would
+# The test passes the server's own rule (``deskhand.domain.apikeys.store``: importing it here would
 # need Django set up in schemathesis's process).
 KEY = re.compile(os.environ["DESKHAND_KEY_PATTERN"])
 KEY_MAX = int(os.environ["DESKHAND_KEY_MAX"])

@@ -13,8 +13,8 @@ from django.test import override_settings
 
 from agent.models import Run
 from approvals.models import Approval, AuditEvent
-from deskhand.apikeys.models import ApiKey, StoredResponse
-from deskhand.apikeys.services import key_revoke
+from deskhand.domain.apikeys.models import ApiKey, StoredResponse
+from deskhand.domain.apikeys.services import key_revoke
 from tests.api.conftest import api_client, bearer, new_key
 from tests.console.conftest import NW_OWNER, NW_VIEWER, make_approval, make_run, user
 

@@ -8,9 +8,9 @@ import json
 
 import pytest
 
-from deskhand.apikeys import store
-from deskhand.apikeys.models import StoredResponse
-from deskhand.desk.models import Ticket
+from deskhand.domain.apikeys import store
+from deskhand.domain.apikeys.models import StoredResponse
+from deskhand.domain.desk.models import Ticket
 from tests.api.conftest import api_client, bearer, new_key
 
 pytestmark = pytest.mark.django_db

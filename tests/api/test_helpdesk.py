@@ -11,10 +11,10 @@ import pytest
 from django.test import Client
 from standardwebhooks import Webhook
 
-from deskhand.api.webhooks import DeskReply, HelpdeskAccepted, HelpdeskTicketCreated
-from deskhand.apikeys.helpdesk import source_create
-from deskhand.apikeys.models import ExternalTicket
-from deskhand.desk.models import Merchant, Ticket, TicketMessage
+from deskhand.domain.apikeys.helpdesk import source_create
+from deskhand.domain.apikeys.models import ExternalTicket
+from deskhand.domain.desk.models import Merchant, Ticket, TicketMessage
+from deskhand.web.api.webhooks import DeskReply, HelpdeskAccepted, HelpdeskTicketCreated
 from tests.consent.test_notifications import receiver
 from tests.console.conftest import NW_OWNER, NW_VIEWER, user
 
@@ -114,7 +114,7 @@ def test_bad_payloads_are_problems_naming_the_field(secret):
 
 
 def test_only_an_owner_connects_a_help_desk(seeded):
-    from deskhand.desk.permissions import NotAllowed
+    from deskhand.domain.desk.permissions import NotAllowed
 
     with pytest.raises(NotAllowed):
         source_create(
@@ -123,9 +123,9 @@ def test_only_an_owner_connects_a_help_desk(seeded):
 
 
 def test_the_agents_reply_reaches_the_desk_signed_once_under_a_stable_id(secret, receiver):
-    from deskhand.apikeys.models import HelpdeskReply, HelpdeskSource
-    from deskhand.apikeys.relay import replies_relay
-    from deskhand.desk.services import email_send
+    from deskhand.domain.apikeys.models import HelpdeskReply, HelpdeskSource
+    from deskhand.domain.apikeys.relay import replies_relay
+    from deskhand.domain.desk.services import email_send
 
     desk = receiver(fail_first=1)
     HelpdeskSource.objects.filter(slug="zendesk").update(reply_url=desk.url)

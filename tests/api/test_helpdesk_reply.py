@@ -12,13 +12,13 @@ import pytest
 from django.test import Client
 from standardwebhooks import Webhook
 
-from agent.ledger.models import LedgerEntry
+from agent.models.ledger import LedgerEntry
 from agent.providers import clear_overrides, install_override
 from agent.providers.scripted import ScriptedProvider, call, say
 from agent.run.services import run_start
-from deskhand.apikeys.helpdesk import source_create
-from deskhand.apikeys.relay import replies_relay
-from deskhand.desk.models import (
+from deskhand.domain.apikeys.helpdesk import source_create
+from deskhand.domain.apikeys.relay import replies_relay
+from deskhand.domain.desk.models import (
     Merchant,
     MessageDirection,
     MessageKind,

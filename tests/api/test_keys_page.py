@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from deskhand.apikeys.models import ApiKey
+from deskhand.domain.apikeys.models import ApiKey
 from tests.api.conftest import api_client, bearer, new_key
 from tests.console.conftest import LU_OWNER, NW_AGENT, NW_OWNER, NW_VIEWER, client_for
 

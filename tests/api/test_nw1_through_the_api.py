@@ -19,8 +19,8 @@ from typing import Any
 from standardwebhooks import Webhook
 
 from approvals.notifications import webhook_set
-from deskhand.apikeys.helpdesk import source_create
-from deskhand.desk.models import Merchant
+from deskhand.domain.apikeys.helpdesk import source_create
+from deskhand.domain.desk.models import Merchant
 from tests.api.conftest import new_key
 from tests.api.test_helpdesk import signed
 from tests.api.test_real_server_api import call, server

@@ -25,8 +25,8 @@ import pytest
 
 from agent.models import Run
 from approvals.models import Approval
-from deskhand.apikeys.models import ApiKey
-from deskhand.apikeys.services import key_revoke
+from deskhand.domain.apikeys.models import ApiKey
+from deskhand.domain.apikeys.services import key_revoke
 from tests.api.conftest import new_key
 from tests.console.conftest import (
     NW_OWNER,
@@ -148,9 +148,9 @@ def test_five_identical_idempotent_decisions_at_once_decide_once(server, tseeded
 
 
 def test_one_webhook_delivered_five_times_at_once_makes_one_ticket(dbos_executor, server, tseeded):
-    from deskhand.apikeys.helpdesk import source_create
-    from deskhand.apikeys.models import ExternalTicket
-    from deskhand.desk.models import Merchant, TicketMessage
+    from deskhand.domain.apikeys.helpdesk import source_create
+    from deskhand.domain.apikeys.models import ExternalTicket
+    from deskhand.domain.desk.models import Merchant, TicketMessage
     from tests.api.test_helpdesk import new_ticket, signed
     from tests.mail.conftest import intake_idle
 
@@ -203,9 +203,9 @@ def test_schemathesis_with_every_check_and_phase_finds_nothing_for_either_mercha
     data on the server; ``schemathesis_hooks.py`` gives each request its own
     Idempotency-Key, as a client does. The two keys run one after the other: at once, on two
     shared cores, they took as long and answered slower."""
-    from deskhand.apikeys import store
-    from deskhand.apikeys.helpdesk import source_create
-    from deskhand.desk.models import Merchant
+    from deskhand.domain.apikeys import store
+    from deskhand.domain.apikeys.helpdesk import source_create
+    from deskhand.domain.desk.models import Merchant
 
     make_approval(make_run("NW-1", status="awaiting_approval"))
     make_run("LU-1", "lumen", status="succeeded")

@@ -14,8 +14,8 @@ from approvals.models import Approval
 from approvals.notification_models import WebhookEndpoint
 from approvals.notifications import webhook_set
 from approvals.outbox import outbox_send_due
-from deskhand.api import webhooks
-from deskhand.desk.models import Merchant
+from deskhand.domain.desk.models import Merchant
+from deskhand.web.api import webhooks
 from tests.consent.test_notifications import bare_run, gate_call, gate_request, receiver
 from tests.console.conftest import NW_OWNER, user
 

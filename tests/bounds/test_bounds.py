@@ -12,11 +12,11 @@ from django.test import override_settings
 from django.utils import timezone
 
 from agent.models import Run
+from agent.models.payloads import StepKind
+from agent.record.steplog import log_step
 from agent.run.bounds import CHECKS, bounds_check, day_start, refund_precheck
-from agent.run.payloads import StepKind
 from agent.run.services import run_create
-from agent.run.steplog import log_step
-from deskhand.desk.models import Merchant, Order, Refund, Ticket
+from deskhand.domain.desk.models import Merchant, Order, Refund, Ticket
 
 pytestmark = pytest.mark.django_db
 

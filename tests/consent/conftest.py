@@ -67,7 +67,7 @@ def settle(run: Run, timeout: float = 60.0) -> Run:
 
 def bare_run(ticket_ref: str = "NW-1", email: str = "owner@northwind.test") -> Run:
     """A Run row with no workflow behind it: for driving the gate's steps directly."""
-    from deskhand.desk.models import Ticket
+    from deskhand.domain.desk.models import Ticket
 
     return run_create(
         ticket=Ticket.objects.get(reference=ticket_ref), user=user(email), channel="cli"

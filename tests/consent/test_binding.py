@@ -12,12 +12,12 @@ from django.db import connection
 
 from agent.consent.gate import gate_request, gate_resume
 from agent.ledger.effect import execute_irreversible
-from agent.ledger.models import LedgerEntry
 from agent.models import Run, Step
+from agent.models.ledger import LedgerEntry
 from agent.replay.fork import fork_run
 from approvals.models import Approval, ApprovalStatus
 from approvals.services import approval_decide
-from deskhand.desk.models import Refund
+from deskhand.domain.desk.models import Refund
 from tests.consent.conftest import bare_run, gate_call, refund, settle
 from tests.durability.helpers import (
     assert_every_effect_was_approved,
@@ -207,7 +207,7 @@ def _unconsumed(run: Run, topic: str) -> int:
 def test_a_decision_for_approval_a_cannot_resolve_b_and_a_bare_message_executes_nothing(
     dbos_executor,
 ):
-    from deskhand.dbos.client import client
+    from deskhand.infra.dbos.client import client
 
     run = settle(start("LU-2", "owner@lumen.test"))  # LU-2: refund the duplicate, then email
     refund_approval = decide(run, "owner@lumen.test")

@@ -6,7 +6,7 @@ import pytest
 
 from agent.providers.scripted import say
 from approvals.models import Approval, AuditEvent
-from deskhand.desk.models import Refund
+from deskhand.domain.desk.models import Refund
 from tests.consent.conftest import refund
 from tests.durability.helpers import assert_every_effect_was_approved, user
 from tests.fixtures.dbos import wait_terminal
@@ -19,7 +19,7 @@ def test_bulk_approve_of_three_is_three_decisions_three_audit_events_and_three_r
 ):
     from agent.run.services import run_create, run_enqueue
     from approvals.services import approvals_decide_many
-    from deskhand.desk.models import Ticket
+    from deskhand.domain.desk.models import Ticket
     from tests.fixtures.dbos import wait_parked
 
     runs = []

@@ -11,17 +11,17 @@ from django.core.management.base import CommandError
 from django.db import IntegrityError, connection, transaction
 
 from agent.consent.gate import gate_request
-from agent.consent.narrowing import (
+from agent.models import Step
+from agent.models.ledger import LedgerEntry
+from agent.providers.scripted import call, say
+from agent.tools import args_hash
+from agent.tools.narrowing import (
     NarrowingRefused,
     approval_approve_with_changes,
     narrowed_arguments,
 )
-from agent.ledger.models import LedgerEntry
-from agent.models import Step
-from agent.providers.scripted import call, say
-from agent.tools import args_hash
 from approvals.models import Approval, AuditEvent
-from deskhand.desk.models import OutboundEmail, Refund
+from deskhand.domain.desk.models import OutboundEmail, Refund
 from tests.consent.conftest import bare_run, gate_call, refund, settle
 from tests.durability.helpers import (
     assert_every_effect_was_approved,

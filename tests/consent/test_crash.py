@@ -7,9 +7,9 @@ import time
 import pytest
 from django.utils import timezone
 
-from agent.ledger.models import LedgerEntry
 from agent.models import Step
-from deskhand.desk.models import Refund
+from agent.models.ledger import LedgerEntry
+from deskhand.domain.desk.models import Refund
 from tests.consent.conftest import restart
 from tests.durability.helpers import (
     assert_accounting_matches,

@@ -18,7 +18,7 @@ from agent.models import Run
 from agent.providers.scripted import say
 from approvals.models import Approval
 from approvals.services import approval_decide
-from deskhand.desk.models import Refund
+from deskhand.domain.desk.models import Refund
 from tests.consent.conftest import bare_run, gate_call, refund, restart
 from tests.durability.helpers import assert_accounting_matches, decide, start, user
 from tests.fixtures.dbos import wait_parked, wait_terminal

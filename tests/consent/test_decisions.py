@@ -17,8 +17,8 @@ from agent.run.steering import SteerRefused, run_steer
 from approvals.models import Approval, ApprovalStatus, AuditEvent
 from approvals.selectors import approval_for_user
 from approvals.services import DecisionRefused, approval_decide
-from deskhand.desk.models import Ticket
-from deskhand.desk.permissions import NotAllowed, NotVisible
+from deskhand.domain.desk.models import Ticket
+from deskhand.domain.desk.permissions import NotAllowed, NotVisible
 from tests.consent.conftest import bare_run, gate_call
 from tests.durability.helpers import decide, pending_approval, start, user
 from tests.fixtures.dbos import ROOT, test_database_url, wait_parked, wait_terminal

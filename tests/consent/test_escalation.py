@@ -19,9 +19,9 @@ from agent.models import Step
 from approvals.escalation import approvals_escalate_due, priority_above
 from approvals.models import Approval, AuditEvent
 from approvals.services import approval_decide
-from deskhand.dbos.engine.schedules import ESCALATION_CRON
-from deskhand.dbos.names import ESCALATION_SCHEDULE
-from deskhand.desk.models import Merchant, Ticket
+from deskhand.domain.desk.models import Merchant, Ticket
+from deskhand.engine.schedules import ESCALATION_CRON
+from deskhand.infra.dbos.names import ESCALATION_SCHEDULE
 from tests.consent.conftest import bare_run, gate_call
 from tests.durability.helpers import decide, pending_approval, start, user
 from tests.fixtures.dbos import clear_of_its_firing, trigger_now, wait_parked, wait_terminal

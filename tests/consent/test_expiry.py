@@ -12,7 +12,7 @@ from agent.consent.gate import gate_request, gate_resume
 from agent.steps import Verdict
 from approvals.models import Approval, AuditEvent
 from approvals.services import DecisionRefused, approval_decide
-from deskhand.desk.models import Merchant, Refund
+from deskhand.domain.desk.models import Merchant, Refund
 from tests.consent.conftest import bare_run, gate_call, restart
 from tests.durability.helpers import pending_approval, start, user
 from tests.fixtures.dbos import wait_parked, wait_terminal

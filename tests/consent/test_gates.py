@@ -7,12 +7,12 @@ import re
 
 import pytest
 
-from agent.ledger.models import LedgerEntry
 from agent.models import Step
+from agent.models.ledger import LedgerEntry
 from agent.providers.scripted import say
 from approvals.models import Approval
 from approvals.services import approval_decide
-from deskhand.desk.models import OutboundEmail, Refund
+from deskhand.domain.desk.models import OutboundEmail, Refund
 from tests.consent.conftest import refund, settle
 from tests.durability.helpers import (
     assert_every_effect_was_approved,

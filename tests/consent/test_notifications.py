@@ -21,7 +21,7 @@ from approvals.escalation import approvals_escalate_due
 from approvals.models import Approval, Notification, WebhookDelivery, WebhookEndpoint
 from approvals.notifications import notify_expiring_due
 from approvals.outbox import outbox_send_due
-from deskhand.retry import backoff
+from deskhand.infra.retry import backoff
 from tests.consent.conftest import bare_run, gate_call, restart
 from tests.console.conftest import free_port
 from tests.durability.helpers import start

@@ -12,8 +12,8 @@ from agent.consent.policy import PolicyRefused, policy_save
 from agent.models import Step
 from agent.providers.scripted import call, say
 from approvals.models import Approval, ApprovalPolicy, AuditEvent
-from deskhand.desk.models import Merchant, Refund
-from deskhand.desk.permissions import NotAllowed
+from deskhand.domain.desk.models import Merchant, Refund
+from deskhand.domain.desk.permissions import NotAllowed
 from tests.consent.conftest import bare_run, gate_call, refund, settle
 from tests.durability.helpers import assert_every_effect_was_approved, start, user
 from tests.fixtures.dbos import wait_terminal

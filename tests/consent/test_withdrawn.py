@@ -8,10 +8,10 @@ import pytest
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
-from agent.run.reconciler import reconcile
+from agent.ops.reconciler import reconcile
 from agent.run.steering import run_steer
 from approvals.models import Approval, StaffNote
-from deskhand.dbos import client as dbos_client
+from deskhand.infra.dbos import client as dbos_client
 from tests.consent.conftest import bare_run
 from tests.durability.helpers import user
 

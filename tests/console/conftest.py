@@ -23,9 +23,9 @@ from django.test import Client
 from django.utils import timezone
 
 from agent.models import Run, Step
-from agent.run.steplog import log_step
+from agent.record.steplog import log_step
 from approvals.models import Approval
-from deskhand.desk.models import Ticket
+from deskhand.domain.desk.models import Ticket
 from tests.devtools import forkserver
 from tests.support.waiting import PATIENCE_S
 
@@ -94,7 +94,7 @@ class FakeClient:
 @pytest.fixture
 def fake_dbos(monkeypatch) -> Iterator[FakeClient]:
     fake = FakeClient()
-    monkeypatch.setattr("deskhand.dbos.client.client", lambda: fake)
+    monkeypatch.setattr("deskhand.infra.dbos.client.client", lambda: fake)
     yield fake
 
 
@@ -214,7 +214,7 @@ def web_process_on_test_database(
     log_name: str, env: dict[str, str] | None = None
 ) -> Iterator[WebServer]:
     """A web process of its own, started as the README starts it (``manage.py web``:
-    ``deskhand/edge/web.py``), serving the test database until the block ends.
+    ``deskhand/infra/edge/web.py``), serving the test database until the block ends.
 
     ``env`` adds to (or overrides) the test process's environment, e.g.
     ``DESKHAND_TRUSTED_PROXIES``.

@@ -8,7 +8,7 @@ import pytest
 
 from agent.models import Run, Step
 from approvals.models import Approval, AuditEvent, StaffNote
-from deskhand.desk.models import Ticket
+from deskhand.domain.desk.models import Ticket
 from tests.console.conftest import (
     NW_OWNER,
     NW_VIEWER,

@@ -22,8 +22,8 @@ from approvals.support_addresses import (
     address_make_primary,
     address_remove,
 )
-from deskhand.desk.models import SupportAddress, Ticket
-from deskhand.mail.models import InboundStatus
+from deskhand.domain.desk.models import SupportAddress, Ticket
+from deskhand.domain.mail.models import InboundStatus
 from tests.console.conftest import LU_OWNER, NW_AGENT, NW_OWNER, NW_VIEWER, client_for, user
 from tests.mail.conftest import mail as a_mail
 from tests.mail.conftest import received

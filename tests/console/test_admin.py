@@ -6,10 +6,10 @@ import pytest
 from django.contrib import admin
 from django.urls import reverse
 
-from agent.ledger.models import LedgerEntry
 from agent.models import Run, Step
+from agent.models.ledger import LedgerEntry
 from approvals.models import Approval, AuditEvent
-from deskhand.desk.models import Refund
+from deskhand.domain.desk.models import Refund
 from tests.console.conftest import AUDITOR, NW_OWNER, client_for
 from tests.devtools.synthetic import synthetic_generate
 

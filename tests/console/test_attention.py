@@ -12,7 +12,7 @@ import pytest
 from django.utils import timezone
 
 from agent.models import Run
-from deskhand.desk.models import Ticket
+from deskhand.domain.desk.models import Ticket
 from tests.console.conftest import (
     LU_OWNER,
     NW_AGENT,
@@ -138,7 +138,7 @@ def test_a_stale_ticket_update_shows_its_age(seeded):
 
 
 def test_money_is_at_stake_only_while_the_ticket_is_unresolved(seeded):
-    from deskhand.console.attention import ticket_stakes
+    from deskhand.web.console.attention import ticket_stakes
 
     nw1 = Ticket.objects.get(reference="NW-1")
     assert ticket_stakes(merchant_id=nw1.merchant_id, tickets=[nw1])  # NW-1042 is refundable

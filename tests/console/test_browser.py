@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from agent.models import Run
-from agent.run.steplog import log_step
+from agent.record.steplog import log_step
 from approvals.models import Approval
 from tests.console.a11y import (
     AXE_PAGES,

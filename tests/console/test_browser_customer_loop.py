@@ -15,7 +15,7 @@ import re
 import pytest
 
 from agent.providers.scripted import MARK
-from deskhand.desk.models import Merchant, OutboundEmail, Ticket
+from deskhand.domain.desk.models import Merchant, OutboundEmail, Ticket
 from tests.console.conftest import NW_OWNER, make_approval, make_run
 from tests.console.test_browser import browser, sign_in  # noqa: F401  (the browser fixture)
 from tests.customer.test_waiting import asked, omar_writes

@@ -16,7 +16,7 @@ import re
 import pytest
 
 from agent.models import Run
-from deskhand.desk.models import Refund
+from deskhand.domain.desk.models import Refund
 from tests.console.conftest import LU_OWNER, NW_OWNER, PASSWORD
 from tests.console.test_browser import browser, without_env  # noqa: F401  (the fixture)
 from tests.console.test_browser_screens import RECORD

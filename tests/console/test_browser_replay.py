@@ -12,7 +12,7 @@ import re
 import pytest
 
 from agent.models import Run, Step
-from deskhand.desk.models import Refund
+from deskhand.domain.desk.models import Refund
 from tests.console.conftest import NW_OWNER
 from tests.console.test_browser import browser, sign_in  # noqa: F401  (the browser fixture)
 from tests.durability.helpers import decide, start

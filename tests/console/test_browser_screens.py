@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from agent.run.steplog import log_step
+from agent.record.steplog import log_step
 from approvals.models import Approval
 from tests.console.a11y import assert_no_serious_violations
 from tests.console.conftest import NW_OWNER, PASSWORD, make_approval, make_run, model_step

@@ -12,7 +12,7 @@ from django.utils import timezone
 from agent.consent.policy import policy_current
 from agent.tools import args_hash
 from approvals.models import Approval, ApprovalPolicy, AuditEvent
-from deskhand.desk.models import Merchant
+from deskhand.domain.desk.models import Merchant
 from tests.console.conftest import (
     NW_AGENT,
     NW_OWNER,

@@ -14,7 +14,7 @@ from agent.models import Run
 from agent.tools import args_hash
 from approvals.models import Approval, AuditEvent
 from approvals.services import ReasonRequired, approval_decide
-from deskhand.desk.models import Order, OutboundEmail, Refund, Ticket
+from deskhand.domain.desk.models import Order, OutboundEmail, Refund, Ticket
 from tests.console.conftest import (
     LU_OWNER,
     NW_AGENT,

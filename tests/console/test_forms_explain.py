@@ -7,8 +7,8 @@ import pytest
 
 from agent.tools import args_hash
 from approvals.models import Approval, StaffNote
-from deskhand.console import words
-from deskhand.desk.money import AmountRefused, parse_amount
+from deskhand.domain.desk.money import AmountRefused, parse_amount
+from deskhand.web.console import words
 from tests.console.conftest import NW_OWNER, client_for, make_approval, make_run
 
 

@@ -6,7 +6,7 @@ import pytest
 
 from agent.models import Run, Step
 from approvals.models import Approval, AuditEvent, StaffNote
-from deskhand.desk.models import Customer, Ticket
+from deskhand.domain.desk.models import Customer, Ticket
 from tests.console.conftest import (
     LU_OWNER,
     NW_OWNER,

@@ -11,8 +11,8 @@ import zipfile
 import pytest
 from django.core.files.uploadedfile import SimpleUploadedFile
 
-from deskhand.desk.models import KbArticle, KbArticleVersion, Merchant
-from deskhand.desk.selectors import kb_search
+from deskhand.domain.desk.models import KbArticle, KbArticleVersion, Merchant
+from deskhand.domain.desk.selectors import kb_search
 from tests.console.conftest import LU_OWNER, NW_AGENT, NW_OWNER, NW_VIEWER, client_for
 
 pytestmark = pytest.mark.django_db

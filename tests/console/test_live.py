@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import pytest
 
 from agent.models import Run
-from agent.run.steplog import log_step
+from agent.record.steplog import log_step
 from tests.console.conftest import LU_OWNER, NW_OWNER, make_run, model_step, session_cookie
 from tests.support.waiting import PATIENCE_S
 
@@ -172,8 +172,8 @@ def test_the_stream_closes_when_the_run_is_terminal(web_server):
 
 
 def test_the_actions_are_resent_only_when_a_gate_opens(web_server):
-    from deskhand.console import runpage
-    from deskhand.desk.models import Membership
+    from deskhand.domain.desk.models import Membership
+    from deskhand.web.console import runpage
     from tests.console.conftest import make_approval, user
 
     run = make_run("NW-1")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from deskhand.desk.models import Merchant
+from deskhand.domain.desk.models import Merchant
 from tests.console.conftest import LU_OWNER, NW_VIEWER, client_for
 
 pytestmark = pytest.mark.django_db

@@ -14,7 +14,7 @@ from django.utils import timezone
 
 from approvals.notification_models import Notification
 from approvals.outbox import outbox_send_due
-from deskhand.console.passwords import RESETS_PER_HOUR
+from deskhand.web.console.passwords import RESETS_PER_HOUR
 from tests.console.conftest import NW_AGENT, PASSWORD, client_for
 
 pytestmark = pytest.mark.django_db

@@ -12,7 +12,7 @@ import pytest
 from agent.models import Run
 from agent.replay.fork import fork_run
 from approvals.models import Approval
-from deskhand.desk.models import OutboundEmail, Refund, Ticket
+from deskhand.domain.desk.models import OutboundEmail, Refund, Ticket
 from tests.console.conftest import NW_OWNER, client_for, user
 from tests.durability.helpers import decide, pending_approval, start
 from tests.fixtures.dbos import wait_for_run, wait_parked, wait_terminal

@@ -6,10 +6,10 @@ import pytest
 from django.test import Client
 from django.urls import reverse
 
-from agent.ledger.models import LedgerEntry
 from agent.models import Run
+from agent.models.ledger import LedgerEntry
 from approvals.models import Approval
-from deskhand.desk.models import Merchant, Order, Refund
+from deskhand.domain.desk.models import Merchant, Order, Refund
 from tests.console.conftest import (
     AUDITOR,
     LU_OWNER,

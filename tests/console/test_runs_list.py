@@ -8,8 +8,8 @@ import time
 import pytest
 
 from agent.models import Run
-from deskhand.console import selectors
-from deskhand.desk.models import Merchant
+from deskhand.domain.desk.models import Merchant
+from deskhand.web.console import selectors
 from tests.console.conftest import NW_OWNER, client_for, make_run
 from tests.devtools.synthetic import synthetic_generate
 

@@ -13,7 +13,7 @@ from django.core.management.base import CommandError
 from django.test import Client
 
 from approvals.models import AuditEvent
-from deskhand.desk.models import Merchant, RefundAdapter
+from deskhand.domain.desk.models import Merchant, RefundAdapter
 from tests.console.conftest import LU_OWNER, NW_AGENT, NW_OWNER, NW_VIEWER, client_for
 
 pytestmark = pytest.mark.django_db

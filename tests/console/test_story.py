@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 
 from agent.models import Step
-from deskhand.console.story import ago, exact, sentence
-from deskhand.desk.money import display_cents
+from deskhand.domain.desk.money import display_cents
+from deskhand.web.console.story import ago, exact, sentence
 
 ORDER = {
     "reference": "NW-1042",
@@ -398,7 +398,7 @@ def test_the_exact_time_is_there_for_the_hover():
 def test_where_the_time_went_adds_up_to_what_the_run_took(seeded):
     """Issue 40: "Model 0 ms, Tools 0 ms" stood beside "Took 1.1 s"; the rest is now named."""
     from agent.models import Run
-    from deskhand.console.present import spend
+    from deskhand.web.console.present import spend
     from tests.console.conftest import NW_OWNER, client_for, make_run, model_step, tool_step
 
     run = make_run("NW-1", status="succeeded", waited_seconds=4)
@@ -415,7 +415,7 @@ def test_where_the_time_went_adds_up_to_what_the_run_took(seeded):
 
 
 def test_a_moment_is_told_in_the_merchants_zone_labelled_and_dated_unless_today():
-    from deskhand.console.words import moment
+    from deskhand.web.console.words import moment
 
     now = dt.datetime(2026, 12, 7, 17, 0, tzinfo=dt.UTC)
     assert moment(now, "America/New_York", now=now) == "12:00 EST"

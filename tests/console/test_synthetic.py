@@ -7,10 +7,10 @@ import datetime as dt
 import pytest
 from django.db.models import Count, Q, Sum
 
-from agent.ledger.models import LedgerEntry
 from agent.models import OPEN_STATUSES, Run, Step
+from agent.models.ledger import LedgerEntry
 from approvals.models import Approval
-from deskhand.desk.models import Refund
+from deskhand.domain.desk.models import Refund
 from tests.devtools.synthetic import SyntheticError, synthetic_generate
 
 NOW = dt.datetime(2026, 11, 1, tzinfo=dt.UTC)

@@ -20,7 +20,7 @@ from approvals.models import AuditEvent
 from approvals.notification_models import Notification
 from approvals.outbox import outbox_send_due
 from approvals.team import TeamRefused, invitation_issue, member_remove, member_role_set
-from deskhand.desk.models import Invitation, Membership, Merchant, Role
+from deskhand.domain.desk.models import Invitation, Membership, Merchant, Role
 from tests.console.conftest import LU_OWNER, NW_AGENT, NW_OWNER, NW_VIEWER, client_for, user
 
 pytestmark = pytest.mark.django_db

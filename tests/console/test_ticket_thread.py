@@ -6,8 +6,8 @@ from __future__ import annotations
 import html
 import re
 
-from deskhand.desk import services
-from deskhand.desk.models import Ticket
+from deskhand.domain.desk import services
+from deskhand.domain.desk.models import Ticket
 from tests.console.conftest import client_for
 from tests.mail.conftest import DANA, mail, received
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-from deskhand.desk.models import Merchant, Order, Refund
+from deskhand.domain.desk.models import Merchant, Order, Refund
 from tests.console.conftest import LU_OWNER, NW_OWNER, client_for, make_run, model_step
 
 

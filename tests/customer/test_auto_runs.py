@@ -9,7 +9,7 @@ import pytest
 from agent.customer.route import customer_line_route, line_run_id
 from agent.models import Run
 from approvals.models import Approval, AuditEvent
-from deskhand.desk.models import Merchant, Refund, Ticket, TicketMessage
+from deskhand.domain.desk.models import Merchant, Refund, Ticket, TicketMessage
 from tests.durability.helpers import decide, start
 from tests.fixtures.dbos import wait_for_run, wait_terminal
 from tests.mail.conftest import DANA, mail

@@ -9,9 +9,9 @@ from types import SimpleNamespace
 import pytest
 
 from agent.providers.replies import question_body, reply_body
-from deskhand.desk.models import OutboundEmail, TicketMessage
-from deskhand.desk.money import display_cents
-from deskhand.desk.subjects import reply_subject
+from deskhand.domain.desk.models import OutboundEmail, TicketMessage
+from deskhand.domain.desk.money import display_cents
+from deskhand.domain.desk.subjects import reply_subject
 from tests.tools.helpers import call, start_run
 
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from agent.privacy.erasure import customer_erase, erasure_for
-from deskhand.desk.models import Customer, Refund, Ticket, TicketMessage
+from deskhand.domain.desk.models import Customer, Refund, Ticket, TicketMessage
 from tests.customer.test_reply import parked_or_done
 from tests.durability.helpers import decide, start, user
 from tests.fixtures.dbos import wait_terminal, workflow_settled

@@ -17,8 +17,8 @@ from django.utils import timezone
 
 from agent.customer.route import customer_line_route
 from agent.models import Run
-from deskhand.console.attention import attention_items
-from deskhand.desk.models import Merchant, MessageDirection, Ticket, TicketMessage
+from deskhand.domain.desk.models import Merchant, MessageDirection, Ticket, TicketMessage
+from deskhand.web.console.attention import attention_items
 from tests.fixtures.dbos import wait_for_run
 from tests.mail.conftest import mail
 from tests.mail.test_smtp import send

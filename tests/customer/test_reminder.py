@@ -14,9 +14,9 @@ import pytest
 
 from agent.customer.sweep import customer_waits_sweep
 from agent.customer.wait import REMINDER_OPENING, reminder_sent
-from agent.ledger.models import LedgerEntry
 from agent.models import Run
-from deskhand.desk.models import Merchant, MessageDirection, TicketMessage
+from agent.models.ledger import LedgerEntry
+from deskhand.domain.desk.models import Merchant, MessageDirection, TicketMessage
 from tests.customer.test_waiting import THREE_DAYS, asked, new_ticket, omar_writes
 from tests.fixtures.dbos import wait_for_run, wait_terminal
 from tests.support.waiting import until

@@ -12,11 +12,17 @@ import email.utils
 
 import pytest
 
-from agent.ledger.models import LedgerEntry
 from agent.models import Run
+from agent.models.ledger import LedgerEntry
 from approvals.models import Approval
-from deskhand.desk.models import Merchant, MessageDirection, OutboundEmail, Ticket, TicketMessage
-from deskhand.desk.thread import reply_token
+from deskhand.domain.desk.models import (
+    Merchant,
+    MessageDirection,
+    OutboundEmail,
+    Ticket,
+    TicketMessage,
+)
+from deskhand.domain.desk.thread import reply_token
 from tests.durability.helpers import assert_every_effect_was_approved, decide, start
 from tests.fixtures.dbos import wait_for_run, wait_terminal
 from tests.mail.conftest import DANA, NORTHWIND, mail

@@ -16,9 +16,15 @@ from django.utils import timezone
 
 from agent.customer.sweep import customer_waits_sweep
 from agent.models import Run, Step
-from deskhand.console.attention import attention_items
-from deskhand.desk.models import Merchant, MessageDirection, OutboundEmail, Ticket, TicketMessage
-from deskhand.mail.models import InboundEmail
+from deskhand.domain.desk.models import (
+    Merchant,
+    MessageDirection,
+    OutboundEmail,
+    Ticket,
+    TicketMessage,
+)
+from deskhand.domain.mail.models import InboundEmail
+from deskhand.web.console.attention import attention_items
 from tests.fixtures.dbos import wait_for_run, wait_terminal
 from tests.mail.conftest import mail
 from tests.mail.test_smtp import send

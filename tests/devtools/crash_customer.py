@@ -26,10 +26,10 @@ from typing import Any
 from aiosmtpd.controller import Controller
 from django.db import close_old_connections
 
-from agent.ledger.models import LedgerEntry
 from agent.models import TERMINAL_STATUSES, Run, Step
-from deskhand.desk.models import Merchant, OutboundEmail, Ticket, TicketMessage
-from deskhand.mail.smtp import InboundHandler, smtp_options
+from agent.models.ledger import LedgerEntry
+from deskhand.domain.desk.models import Merchant, OutboundEmail, Ticket, TicketMessage
+from deskhand.domain.mail.smtp import InboundHandler, smtp_options
 from tests.devtools.crash import FINISHED, Boundary, Outcome, workflow_status
 from tests.devtools.crashworker import Worker
 from tests.devtools.evals.runner import reset_world

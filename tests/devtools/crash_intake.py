@@ -45,9 +45,9 @@ from django.db import close_old_connections
 
 from agent.customer.route import line_run_id
 from agent.models import Run
-from deskhand.dbos import client as dbos_client
-from deskhand.desk.models import Merchant, Routing, TicketMessage
-from deskhand.mail.models import InboundEmail, InboundStatus
+from deskhand.domain.desk.models import Merchant, Routing, TicketMessage
+from deskhand.domain.mail.models import InboundEmail, InboundStatus
+from deskhand.infra.dbos import client as dbos_client
 from tests.devtools.crash import Boundary, Outcome, workflow_status
 from tests.devtools.crashreceiver import Letter, Mta, Receiver
 from tests.devtools.crashweb import Delivery, Sender, Web
@@ -174,7 +174,7 @@ def mailgun_burst(tag: str) -> list[Delivery]:
 
 def helpdesk_deliveries(tag: str) -> list[Delivery]:
     """New tickets from new customers, signed under a new help-desk source's secret."""
-    from deskhand.apikeys.helpdesk import source_create
+    from deskhand.domain.apikeys.helpdesk import source_create
     from tests.api.test_helpdesk import new_ticket
     from tests.console.conftest import NW_OWNER, user
 

@@ -2,7 +2,7 @@
 
 Usage: ``python -m tests.devtools.crashreceiver PORT [SPEC]``
 
-``SPEC`` is a comma-separated list of ``point:target[:nth]`` from ``deskhand.crashpoints``:
+``SPEC`` is a comma-separated list of ``point:target[:nth]`` from ``deskhand.infra.crashpoints``:
 ``after_store:inbound:5`` dies the fifth time a message is committed and not yet handed to
 its workflow; ``after_enqueue:inbound:5`` once it is handed on and its sender not yet
 answered. The intake crash sweep (``tests/devtools/crash_intake.py``) runs it as
@@ -27,7 +27,7 @@ from tests.devtools.crashworker import ROOT, CrashProcess, database_url
 
 
 def install(spec: str) -> None:
-    from deskhand import crashpoints
+    from deskhand.infra import crashpoints
 
     for item in filter(None, spec.split(",")):
         point, target, *rest = item.split(":")

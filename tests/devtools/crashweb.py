@@ -2,7 +2,7 @@
 
 Usage: ``python -m tests.devtools.crashweb PORT [SPEC]``
 
-``SPEC`` is a comma-separated list of ``point:target[:nth]`` from ``deskhand.crashpoints``:
+``SPEC`` is a comma-separated list of ``point:target[:nth]`` from ``deskhand.infra.crashpoints``:
 ``after_store:inbound:5`` dies the fifth time a webhook's message is committed and not yet
 handed to its workflow; ``after_enqueue:inbound:5`` once it is handed on and Mailgun not yet
 answered; ``after_store:customer_line:2`` the second time a help desk's line is committed

@@ -5,7 +5,7 @@ Usage: ``python -m tests.devtools.crashworker EXECUTOR_ID [SPEC [PROVIDER]]``
 Used by the crash sweep (``tests/devtools/crash.py``) and by the ``worker_process``
 test fixture. Development code: it lives under ``tests/`` and is not in the wheel.
 
-``SPEC`` is a comma-separated list of ``point:target[:nth]`` (see ``agent.run.faults``):
+``SPEC`` is a comma-separated list of ``point:target[:nth]`` (see ``agent.record.faults``):
 ``before_step:model:3``, ``after_step:tool.issue_refund``, ``after_effect:issue_refund``…
 ``PROVIDER``, when given, names a script in ``tests.devtools.evals.scripts`` (``policy``,
 ``nw3-asks``…) installed for every run; the crash sweep needs NW-3's denial path, which the
@@ -34,7 +34,7 @@ LOG_DIR = ROOT / ".deskhand" / "crash-sweep"
 
 
 def install(spec: str) -> None:
-    from agent.run import faults
+    from agent.record import faults
 
     for item in filter(None, spec.split(",")):
         point, target, *rest = item.split(":")
@@ -51,7 +51,7 @@ def cut_off_while(marker: Path) -> None:
     between this worker and the database, as far as its liveness is concerned)."""
     import psycopg
 
-    from deskhand.fleet.lease import Lease
+    from deskhand.infra.fleet.lease import Lease
 
     connect = Lease._default_connect
 

@@ -198,13 +198,13 @@ PRELOAD = (
     "anthropic",
     "dbos",
     "psycopg",
-    "deskhand.dbos.engine.management.commands.worker",
-    "deskhand.dbos.engine.bootstrap",
-    "deskhand.dbos.engine.takeover",
+    "deskhand.engine.management.commands.worker",
+    "deskhand.engine.bootstrap",
+    "deskhand.engine.takeover",
     "tests.devtools.crashworker",
     "tests.devtools.evals.scripts",
     "uvicorn",
-    "deskhand.edge.management.commands.web",
+    "deskhand.infra.edge.management.commands.web",
 )
 
 

@@ -31,14 +31,13 @@ from django.contrib.auth import get_user_model
 from django.db import connection, models, transaction
 from django.utils import timezone
 
-from agent.ledger.models import LedgerEntry
-from agent.models import Run, Step
-from agent.run import payloads
-from agent.run.steplog import call_hash
+from agent.models import Run, Step, payloads
+from agent.models.ledger import LedgerEntry
+from agent.record.steplog import call_hash
 from agent.tools import get_tool
 from agent.tools.registry import args_hash, identity_hash
 from approvals.models import Approval, AuditEvent
-from deskhand.desk.models import (
+from deskhand.domain.desk.models import (
     Customer,
     Membership,
     Merchant,
@@ -586,7 +585,7 @@ def _runs(
                     )
                 )
             if decision == "approved":
-                key = f"{run_id}:{call}:{digest[:16]}"  # agent.tools.execute.ledger_key
+                key = f"{run_id}:{call}:{digest[:16]}"  # agent.record.execute.ledger_key
                 text = f"Done: {preview.splitlines()[0]}"
                 at = b.add(
                     "tool",

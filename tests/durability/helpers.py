@@ -5,12 +5,12 @@ from __future__ import annotations
 from django.contrib.auth import get_user_model
 from django.db.models import Sum
 
-from agent.ledger.models import LedgerEntry
 from agent.models import Run, Step
+from agent.models.ledger import LedgerEntry
 from agent.run.services import run_start
 from approvals.models import Approval, ApprovalStatus, Channel
 from approvals.services import approval_decide
-from deskhand.desk.models import Refund, Ticket
+from deskhand.domain.desk.models import Refund, Ticket
 
 
 def user(email: str):

@@ -7,7 +7,7 @@ import pytest
 from agent.models import Step
 from agent.providers import clear_overrides, install_override
 from agent.providers.scripted import ScriptedProvider, call, say
-from deskhand.desk.models import Order, Refund
+from deskhand.domain.desk.models import Order, Refund
 from tests.durability.helpers import decide, start
 from tests.fixtures.dbos import wait_for_run, wait_terminal
 

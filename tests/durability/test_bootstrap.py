@@ -13,8 +13,8 @@ import pytest
 import sqlalchemy as sa
 from django.db import connection
 
-from deskhand.dbos.client import DBOSSetupError, check_system_database, database_url
-from deskhand.dbos.engine.bootstrap import config
+from deskhand.engine.bootstrap import config
+from deskhand.infra.dbos.client import DBOSSetupError, check_system_database, database_url
 from tests.fixtures.dbos import ROOT, test_database_url
 
 
@@ -70,7 +70,7 @@ import json, django
 django.setup()
 import sqlalchemy as sa
 from django.db import connection
-from deskhand.dbos.client import check_system_database, client, close_clients, database_url
+from deskhand.infra.dbos.client import check_system_database, client, close_clients, database_url
 
 ME = "SELECT application_name FROM pg_stat_activity WHERE pid = pg_backend_pid()"
 url = database_url()

@@ -17,13 +17,14 @@ from typing import Any
 import pytest
 from django.db import connection
 
-from agent.ledger.models import LedgerEntry
 from agent.models import Run, Step
-from agent.run import faults, selectors, services
-from agent.run.reconciler import reconcile
+from agent.models.ledger import LedgerEntry
+from agent.ops.reconciler import reconcile
+from agent.record import faults
+from agent.run import selectors, services
 from approvals.models import Approval, AuditEvent
-from deskhand.dbos import client as dbos_client
-from deskhand.desk.models import Refund, Ticket
+from deskhand.domain.desk.models import Refund, Ticket
+from deskhand.infra.dbos import client as dbos_client
 from tests.durability.helpers import decide, pending_approval, start, user
 from tests.fixtures.dbos import wait_parked, workflow_settled
 from tests.support.waiting import until
@@ -259,7 +260,7 @@ def test_a_cancelled_runs_withdrawn_approval_shows_on_the_run_page_cli_and_admin
     from django.test import Client
     from django.urls import reverse
 
-    from deskhand.console.selectors import pending_approvals, pending_count
+    from deskhand.web.console.selectors import pending_approvals, pending_count
 
     run = wait_parked(str(start("NW-1", OWNER).id))
     approval = pending_approval(run)

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from agent.ledger.models import LedgerEntry
 from agent.models import Step
-from deskhand.desk.models import Refund
+from agent.models.ledger import LedgerEntry
+from deskhand.domain.desk.models import Refund
 from tests.durability.helpers import (
     assert_accounting_matches,
     assert_every_effect_was_approved,

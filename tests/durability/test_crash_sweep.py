@@ -5,7 +5,7 @@ denial, LU-2, NW-1 paying at the payments double, a customer's mail conversation
 burst of inbound mail — is ``python manage.py crash_sweep`` (docs/evals.md has its last
 numbers); the schedules here are the ones CI runs, through the same drivers and checks
 (``tests/devtools/crash.py``, ``crash_customer.py``, ``crash_intake.py``). The crash points
-they name are ``deskhand.crashpoints.Point``.
+they name are ``deskhand.infra.crashpoints.Point``.
 
 - **A run's boundaries** (``crash.CI_SCHEDULES``): money committed but not checkpointed, an
   effect torn mid-transaction, a model call paid but not checkpointed, a wait across a dead
@@ -30,10 +30,10 @@ import time
 
 import pytest
 
-from agent.ledger.models import LedgerEntry
 from agent.models import TERMINAL_STATUSES, Run, Step
+from agent.models.ledger import LedgerEntry
 from approvals.models import Approval
-from deskhand.desk.models import Refund
+from deskhand.domain.desk.models import Refund
 from tests.devtools import crash_customer, crash_intake
 from tests.devtools.crash import CASES, CI_SCHEDULES, Boundary, check, play, prepare_world
 from tests.durability.helpers import (

@@ -1,4 +1,4 @@
-"""The DBOS internals ``deskhand/dbos/engine/workarounds/`` relies on are the ones we read.
+"""The DBOS internals ``deskhand/engine/workarounds/`` relies on are the ones we read.
 
 An upgrade of ``dbos`` that changes any of them fails here, by name and with the module that
 relies on it: re-read that module and the function in the new release, fix what changed,
@@ -17,7 +17,7 @@ import pytest
 from django.db import connection
 
 from agent.models import Run
-from deskhand.dbos.engine.workarounds import (
+from deskhand.engine.workarounds import (
     executor_recovery,
     internal_queue_poll,
     queue_kick,
@@ -30,7 +30,7 @@ from tests.support.waiting import until
 DBOS_VERSION = "3.4.0"
 
 # sha256 (first 16 hex digits) of each internal's source in dbos 3.4.0, and the modules of
-# deskhand/dbos/engine/workarounds/ that rely on it.
+# deskhand/engine/workarounds/ that rely on it.
 PINNED = {
     "DBOS._recover_pending_workflows": ("0c94d17fa1bcb61d", "executor_recovery"),
     "dbos._recovery.recover_pending_workflows": ("9f2a97ad0756a741", "executor_recovery"),
@@ -81,7 +81,7 @@ def _internals() -> dict[str, object]:
 
 def test_dbos_is_the_pinned_version():
     assert version("dbos") == DBOS_VERSION, (
-        f"dbos {version('dbos')} is installed, but deskhand/dbos/engine/workarounds/ was written"
+        f"dbos {version('dbos')} is installed, but deskhand/engine/workarounds/ was written"
         f" against {DBOS_VERSION}: re-read it against the new release and update the pins here."
     )
 
@@ -92,7 +92,7 @@ def test_a_dbos_internal_we_rely_on_is_unchanged(name):
     digest = hashlib.sha256(source.encode()).hexdigest()[:16]
     pinned, homes = PINNED[name]
     assert digest == pinned, (
-        f"DBOS's private {name} changed in this dbos release. In deskhand/dbos/engine/workarounds/,"
+        f"DBOS's private {name} changed in this dbos release. In deskhand/engine/workarounds/,"
         f" {', '.join(h + '.py' for h in homes.split())} relies on it: re-read them against"
         f" the new release, fix what no longer holds, then pin {digest}."
     )
@@ -102,7 +102,7 @@ def test_every_pin_names_a_workaround_that_exists():
     from importlib import import_module
 
     for home in {home for _, homes in PINNED.values() for home in homes.split()}:
-        import_module(f"deskhand.dbos.engine.workarounds.{home}")
+        import_module(f"deskhand.engine.workarounds.{home}")
 
 
 def test_the_recovery_entry_point_takes_executor_ids_and_the_recheck_is_a_minute():
@@ -273,8 +273,8 @@ def test_the_internal_queue_polls_at_the_fallback_interval_and_a_kick_starts_its
     from dbos._dbos import _get_dbos_instance
     from django.conf import settings
 
-    from deskhand.dbos.engine.queues import kick_queues
-    from deskhand.dbos.names import ESCALATION_SCHEDULE
+    from deskhand.engine.queues import kick_queues
+    from deskhand.infra.dbos.names import ESCALATION_SCHEDULE
 
     internal = _get_dbos_instance()._registry.get_internal_queue()
     assert internal._polling_interval_sec == settings.DESKHAND_QUEUE_POLL_SEC

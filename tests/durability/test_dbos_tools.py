@@ -21,13 +21,14 @@ import pytest
 from django.db import connection
 from django.test import Client
 
-from agent.ledger.models import LedgerEntry
 from agent.models import Run, Step, WorkflowFinding
-from agent.run import faults, services
-from agent.run.reconciler import reconcile
+from agent.models.ledger import LedgerEntry
+from agent.ops.reconciler import reconcile
+from agent.record import faults
+from agent.run import services
 from approvals.models import Approval, AuditEvent
-from deskhand.dbos import client as dbos_client
-from deskhand.desk.models import Refund
+from deskhand.domain.desk.models import Refund
+from deskhand.infra.dbos import client as dbos_client
 from tests.durability.helpers import decide, pending_approval, start, user
 from tests.fixtures.dbos import ROOT, test_database_url, wait_parked, wait_terminal
 from tests.support.messages_api import DEFAULT_KEY, MessagesApi

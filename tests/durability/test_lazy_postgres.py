@@ -38,7 +38,7 @@ def fresh_data_dir() -> Iterator[Path]:
         yield path
     finally:
         if (path / "pgdata" / "postmaster.pid").exists():
-            python(path, "from deskhand import embedded_pg; embedded_pg.stop()")
+            python(path, "from deskhand.infra import embedded_pg; embedded_pg.stop()")
         shutil.rmtree(path, ignore_errors=True)
 
 
@@ -64,7 +64,7 @@ def test_importing_settings_and_setting_up_django_starts_no_postgres(fresh_data_
         "print(s.DATABASES['default']['ENGINE'], s.DATABASES['default']['HOST'])",
     )
 
-    assert out == f"deskhand.embedded_db {fresh_data_dir / 'pgdata'}"
+    assert out == f"deskhand.infra.embedded_db {fresh_data_dir / 'pgdata'}"
     assert not (fresh_data_dir / "pgdata" / "postmaster.pid").exists()
     assert not (fresh_data_dir / "pgdata").exists()  # not even initialised
     assert postgres_processes(fresh_data_dir) == []
@@ -83,13 +83,13 @@ def test_the_first_connection_starts_it_whether_django_or_dbos_asks_first(fresh_
     assert out == "deskhand"
     assert pid_file.exists() and postgres_processes(fresh_data_dir)
 
-    python(fresh_data_dir, "from deskhand import embedded_pg; embedded_pg.stop()")
+    python(fresh_data_dir, "from deskhand.infra import embedded_pg; embedded_pg.stop()")
     assert not pid_file.exists() and postgres_processes(fresh_data_dir) == []
 
     # The worker's path: DBOS's configuration is built before anything used Django.
     out = python(
         fresh_data_dir,
-        "import django; django.setup(); from deskhand.dbos.engine.bootstrap import config; "
+        "import django; django.setup(); from deskhand.engine.bootstrap import config; "
         "import sqlalchemy as sa; url = config('lazy-probe')['system_database_url']; "
         "e = sa.create_engine(url); print(e.connect().execute(sa.text('SELECT 1')).scalar())",
     )

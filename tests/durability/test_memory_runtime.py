@@ -12,7 +12,7 @@ from agent.providers import clear_overrides, install_override
 from agent.providers.scripted import ScriptedProvider, call, say
 from agent.run.services import run_create
 from agent.runtime import MemoryRuntime
-from deskhand.desk.models import Ticket
+from deskhand.domain.desk.models import Ticket
 from tests.durability.helpers import user
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -11,7 +11,7 @@ from django.db.models import Sum
 
 from agent.models import Step
 from agent.run.services import run_start
-from deskhand.desk.models import Refund, Ticket
+from deskhand.domain.desk.models import Refund, Ticket
 from tests.durability.helpers import assert_accounting_matches, decide, user
 from tests.fixtures.dbos import wait_parked, wait_terminal
 from tests.support.fake_anthropic import FakeAnthropic

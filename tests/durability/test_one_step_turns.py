@@ -14,8 +14,8 @@ from agent.models import Run, Step
 from agent.run.services import run_create
 from agent.run.steering import notes_take
 from approvals.models import StaffNote
-from deskhand.dbos.client import workflow_steps
-from deskhand.desk.models import Ticket
+from deskhand.domain.desk.models import Ticket
+from deskhand.infra.dbos.client import workflow_steps
 from tests.durability.helpers import start, user
 from tests.fixtures.dbos import wait_terminal
 

@@ -17,10 +17,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from agent.models import Run
-from deskhand import events
-from deskhand.desk.models import Ticket
-from deskhand.fleet.lease import Lease
-from deskhand.fleet.models import Worker
+from deskhand.domain.desk.models import Ticket
+from deskhand.infra import events
+from deskhand.infra.fleet.lease import Lease
+from deskhand.infra.fleet.models import Worker
 from tests.durability.helpers import decide, start
 from tests.fixtures.dbos import wait_parked, wait_terminal
 
@@ -238,7 +238,7 @@ def test_an_event_never_raises_into_the_caller_and_waits_for_the_commit(caplog, 
 def test_the_model_call_cap_counts_one_merchants_calls_in_flight_not_another_s(settings):
     import asyncio
 
-    from deskhand.dbos.engine import workflow
+    from deskhand.engine import workflow
 
     settings.DESKHAND_MERCHANT_MODEL_CALLS = 2
     workflow._slots.clear()
@@ -265,8 +265,8 @@ def test_the_model_call_cap_counts_one_merchants_calls_in_flight_not_another_s(s
 
 
 def test_dbos_opentelemetry_export_is_switched_by_the_environment(monkeypatch):
-    from deskhand.dbos.client import DBOSSetupError
-    from deskhand.dbos.engine.bootstrap import otlp
+    from deskhand.engine.bootstrap import otlp
+    from deskhand.infra.dbos.client import DBOSSetupError
 
     monkeypatch.delenv("DESKHAND_OTLP", raising=False)
     assert otlp() == {"enable_otlp": False}

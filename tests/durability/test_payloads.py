@@ -7,11 +7,10 @@ from __future__ import annotations
 
 import pytest
 
-from agent.models import Step
-from agent.run import payloads
+from agent.models import Step, payloads
+from agent.record.steplog import log_step
 from agent.run.services import run_create
-from agent.run.steplog import log_step
-from deskhand.desk.models import Ticket
+from deskhand.domain.desk.models import Ticket
 from tests.durability.helpers import user
 
 

@@ -11,10 +11,10 @@ import datetime as dt
 import pytest
 from django.utils import timezone
 
-from agent.ledger.models import LedgerEntry
 from agent.models import Run
+from agent.models.ledger import LedgerEntry
 from approvals.models import Approval
-from deskhand.desk.models import OrderItem, OutboundEmail, Refund, Ticket
+from deskhand.domain.desk.models import OrderItem, OutboundEmail, Refund, Ticket
 from tests.durability.helpers import (
     assert_accounting_matches,
     assert_every_effect_was_approved,
@@ -145,7 +145,7 @@ def test_step_log_totals_equal_the_runs_totals(dbos_executor):
 def test_no_effect_exists_without_a_matching_approval(dbos_executor):
     """Every effect has a decision by a person, or by a versioned rule a person wrote."""
     from agent.consent.policy import policy_save
-    from deskhand.desk.models import Merchant
+    from deskhand.domain.desk.models import Merchant
 
     # Northwind's owner lets refunds up to 40.00 through, one a day; Lumen has no rules.
     policy_save(

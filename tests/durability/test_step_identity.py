@@ -11,15 +11,14 @@ from typing import Any
 
 import pytest
 
-from agent.models import Run, Step
+from agent.models import Run, Step, payloads
 from agent.providers import clear_overrides, install_override
 from agent.providers.base import ModelReply
 from agent.providers.scripted import ScriptedProvider, say
-from agent.run import payloads
+from agent.record.steplog import StepConflict, call_hash, log_step
 from agent.run.lifecycle import run_finish
 from agent.run.services import run_cancel, run_create, run_mark_cancelled
-from agent.run.steplog import StepConflict, call_hash, log_step
-from deskhand.desk.models import Ticket
+from deskhand.domain.desk.models import Ticket
 from tests.durability.helpers import assert_accounting_matches, start, user
 from tests.fixtures.dbos import wait_for_run
 

@@ -2,9 +2,9 @@
 
 import pytest
 
+from agent.record.steplog import log_step
 from agent.run.services import run_create
-from agent.run.steplog import log_step
-from deskhand.desk.models import Ticket
+from deskhand.domain.desk.models import Ticket
 from tests.durability.helpers import user
 
 pytestmark = pytest.mark.django_db

@@ -16,13 +16,13 @@ import psycopg
 import pytest
 from django.db import connection
 
-from agent.ledger.models import LedgerEntry
 from agent.models import Run
+from agent.models.ledger import LedgerEntry
 from agent.run.services import run_start
 from approvals.models import Approval
 from approvals.services import approval_decide
-from deskhand.desk.models import Refund
-from deskhand.fleet.models import Worker
+from deskhand.domain.desk.models import Refund
+from deskhand.infra.fleet.models import Worker
 from tests.devtools.load.world import load_world, owners
 from tests.durability.helpers import assert_every_effect_was_approved
 from tests.fixtures.dbos import ROOT, test_database_url, wait_parked, wait_terminal
@@ -182,9 +182,9 @@ def test_an_executor_without_its_lease_is_refused_before_dbos_starts():
     # while it still executes them.
     from dbos import _dbos
 
-    from deskhand.dbos.client import DBOSSetupError
-    from deskhand.dbos.engine.bootstrap import launch_executor
-    from deskhand.fleet import lease
+    from deskhand.engine.bootstrap import launch_executor
+    from deskhand.infra.dbos.client import DBOSSetupError
+    from deskhand.infra.fleet import lease
 
     assert lease.current() is None
     before = _dbos._dbos_global_instance
@@ -194,7 +194,7 @@ def test_an_executor_without_its_lease_is_refused_before_dbos_starts():
 
 
 def test_the_lease_lock_is_a_session_lock_a_dead_process_cannot_hold(transactional_db):
-    from deskhand.fleet.lease import lock_key
+    from deskhand.infra.fleet.lease import lock_key
 
     key = lock_key("fleet-probe")
     url = test_database_url()

@@ -8,10 +8,10 @@ import pytest
 from django.utils import timezone
 
 from agent.models import Run
+from agent.ops.reconciler import reconcile
 from agent.run import services
-from agent.run.reconciler import reconcile
 from approvals.models import Approval
-from deskhand.desk.models import Ticket
+from deskhand.domain.desk.models import Ticket
 from tests.durability.helpers import pending_approval, start, user
 from tests.fixtures.dbos import wait_for_run, wait_parked
 
@@ -23,7 +23,7 @@ def test_a_run_whose_enqueue_fails_ends_failed_at_once(tseeded, monkeypatch):
         def enqueue(self, *a, **k):
             raise ConnectionError("system database unreachable")
 
-    monkeypatch.setattr("deskhand.dbos.client.client", lambda: Broken())
+    monkeypatch.setattr("deskhand.infra.dbos.client.client", lambda: Broken())
     run = services.run_start(
         ticket=Ticket.objects.get(reference="NW-2"), user=user("owner@northwind.test")
     )
@@ -48,7 +48,7 @@ def test_a_run_created_but_never_enqueued_is_failed_by_the_reconciler(dbos_execu
 
 
 def test_a_workflow_cancelled_behind_our_back_is_recorded_as_cancelled(dbos_executor):
-    from deskhand.dbos.client import client
+    from deskhand.infra.dbos.client import client
 
     run = wait_parked(str(start("NW-1", "owner@northwind.test").id))
     client().cancel_workflow(str(run.id))

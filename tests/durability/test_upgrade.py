@@ -23,14 +23,14 @@ import pytest
 from django.conf import settings
 from django.db import connection
 
-from agent.ledger.models import LedgerEntry
 from agent.loop import Loop
 from agent.models import TERMINAL_STATUSES, Run, Step
+from agent.models.ledger import LedgerEntry
 from agent.providers.policy import PolicyProvider
 from approvals.models import Approval, AuditEvent
 from approvals.services import approval_decide
-from deskhand.dbos.engine.deploys import runs_move_version
-from deskhand.desk.models import Refund
+from deskhand.domain.desk.models import Refund
+from deskhand.engine.deploys import runs_move_version
 from tests.durability.helpers import start, user
 from tests.fixtures import dbos as dbos_fixtures
 from tests.fixtures.dbos import (

@@ -12,11 +12,11 @@ import sys
 import pytest
 from django.core.management import call_command, get_commands, load_command_class
 
-from deskhand.cli import DeskhandCommand
+from deskhand.domain.cli import DeskhandCommand
 from tests.console.conftest import client_for, fake_dbos, free_port  # noqa: F401
 from tests.fixtures.dbos import ROOT
 
-OURS = ("agent", "approvals", "deskhand.desk", "deskhand.dbos.engine")
+OURS = ("agent", "approvals", "deskhand.domain.desk", "deskhand.engine")
 RUN = "00000000-0000-0000-0000-000000000000"
 OWNER = "owner@northwind.test"
 

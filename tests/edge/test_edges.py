@@ -9,8 +9,8 @@ from asgiref.sync import async_to_sync
 from django.db import OperationalError
 from django.test import AsyncClient, RequestFactory
 
-from deskhand.edge.admin_guard import BAD_FILTER
-from deskhand.edge.views import server_error
+from deskhand.infra.edge.admin_guard import BAD_FILTER
+from deskhand.infra.edge.views import server_error
 from tests.console.conftest import AUDITOR, NW_OWNER, client_for, make_run, model_step
 
 

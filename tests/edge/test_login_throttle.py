@@ -16,8 +16,8 @@ import pytest
 from django.db.models import F
 from django.test import Client, RequestFactory, override_settings
 
-from deskhand.edge.models import LoginFailure
-from deskhand.edge.throttle import client_address
+from deskhand.infra.edge.models import LoginFailure
+from deskhand.infra.edge.throttle import client_address
 from tests.console.conftest import (
     AUDITOR,
     NW_AGENT,

@@ -216,7 +216,7 @@ def admin_params(model_admin: admin.ModelAdmin) -> list[str]:
 @pytest.fixture
 def quiet_requests():
     """Thousands of expected 4xx would each log a warning; the assertions say what matters."""
-    loggers = [logging.getLogger(n) for n in ("django.request", "deskhand.edge.middleware")]
+    loggers = [logging.getLogger(n) for n in ("django.request", "deskhand.infra.edge.middleware")]
     levels = [lg.level for lg in loggers]
     for lg in loggers:
         lg.setLevel(logging.CRITICAL)

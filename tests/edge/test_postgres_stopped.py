@@ -55,10 +55,10 @@ class ScratchPostgres:
         subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, check=True, timeout=120)
 
     def start(self) -> None:
-        self.python("from deskhand import embedded_pg; embedded_pg.ensure_running()")
+        self.python("from deskhand.infra import embedded_pg; embedded_pg.ensure_running()")
 
     def stop(self) -> None:
-        self.python("from deskhand import embedded_pg; embedded_pg.stop()")
+        self.python("from deskhand.infra import embedded_pg; embedded_pg.stop()")
         assert not (self.data_dir / "pgdata" / "postmaster.pid").exists()
 
     def manage(self, *argv: str, timeout: float = 180) -> subprocess.CompletedProcess[str]:
@@ -193,7 +193,7 @@ def test_the_worker_waits_out_postgres_one_line_per_attempt_and_resumes(scratch_
 def test_only_a_polling_loops_connection_failure_is_held_back():
     import logging
 
-    from deskhand.edge.outage import ConnectionNoise
+    from deskhand.infra.edge.outage import ConnectionNoise
 
     def record(msg: str) -> logging.LogRecord:
         return logging.LogRecord("dbos", logging.WARNING, __file__, 1, msg, None, None)

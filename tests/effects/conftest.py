@@ -14,7 +14,7 @@ import pytest
 from aiosmtpd.controller import Controller
 from aiosmtpd.smtp import AuthResult, LoginPassword
 
-from deskhand.desk.models import Merchant
+from deskhand.domain.desk.models import Merchant
 from tests.support.payments_api import PaymentsApi, charge_seeded_orders
 
 SMTP_USER = "deskhand-mailer"

@@ -17,15 +17,15 @@ from django.db.models import F
 from agent.consent.gate import gate_request
 from agent.ledger.effect import execute_irreversible, ledger_key
 from agent.ledger.intents import resolve_stale
-from agent.ledger.models import LedgerEntry
 from agent.models import Run, Step
-from agent.run import faults
+from agent.models.ledger import LedgerEntry
+from agent.record import faults
 from agent.run.services import run_cancel, run_create
 from agent.steps import Done
 from agent.tools import args_hash
 from approvals.models import Approval
 from approvals.services import approval_decide
-from deskhand.desk.models import Refund, Ticket
+from deskhand.domain.desk.models import Refund, Ticket
 from tests.durability.helpers import user
 
 pytestmark = pytest.mark.django_db(transaction=True)

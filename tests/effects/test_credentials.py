@@ -14,7 +14,7 @@ import pytest
 from django.db import connection
 
 from agent.models import Run, Step
-from deskhand.desk.models import Merchant
+from deskhand.domain.desk.models import Merchant
 from tests.durability.helpers import decide, start
 from tests.effects.conftest import SMTP_PASSWORD
 from tests.fixtures.dbos import wait_parked, wait_terminal

@@ -11,10 +11,10 @@ import time
 
 import pytest
 
-from agent.ledger.models import LedgerEntry
 from agent.models import TERMINAL_STATUSES, Step
+from agent.models.ledger import LedgerEntry
 from approvals.models import Approval
-from deskhand.desk.models import Merchant, OutboundEmail, Refund
+from deskhand.domain.desk.models import Merchant, OutboundEmail, Refund
 from tests.durability.helpers import assert_accounting_matches, decide, start
 from tests.fixtures.dbos import wait_parked, wait_terminal
 from tests.support.waiting import PATIENCE_S

@@ -17,8 +17,8 @@ from django.test import Client
 
 from agent.models import Run
 from agent.run.selectors import run_outcome
-from deskhand.dbos.names import RECONCILIATION_SCHEDULE
-from deskhand.desk.models import Refund
+from deskhand.domain.desk.models import Refund
+from deskhand.infra.dbos.names import RECONCILIATION_SCHEDULE
 from tests.durability.helpers import pending_approval, start, user
 from tests.fixtures.dbos import clear_of_its_firing, trigger_now, wait_parked
 

@@ -12,11 +12,11 @@ from __future__ import annotations
 import pytest
 from django.conf import settings
 
-from agent.ledger.models import LedgerEntry
+from agent.models.ledger import LedgerEntry
 from approvals.models import Approval
 from approvals.services import approval_decide
-from deskhand.dbos.engine.deploys import runs_move_version
-from deskhand.desk.models import Merchant, Refund
+from deskhand.domain.desk.models import Merchant, Refund
+from deskhand.engine.deploys import runs_move_version
 from tests.durability.helpers import user
 from tests.durability.test_upgrade import (  # noqa: F401  (fixtures)
     IN_PROCESS_EXECUTOR,

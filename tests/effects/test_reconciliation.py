@@ -12,13 +12,13 @@ from django.core.management import call_command
 from django.test import Client
 from django.utils import timezone
 
-from agent.effects.models import EffectFinding
-from agent.effects.provider_reconciliation import reconcile_merchant
 from agent.effects.selectors import findings_summary
-from agent.ledger.models import LedgerEntry
-from deskhand.dbos.engine.schedules import RECONCILIATION_CRON
-from deskhand.dbos.names import RECONCILIATION_SCHEDULE
-from deskhand.desk.models import Merchant, Refund
+from agent.ledger.provider_reconciliation import reconcile_merchant
+from agent.models.effects import EffectFinding
+from agent.models.ledger import LedgerEntry
+from deskhand.domain.desk.models import Merchant, Refund
+from deskhand.engine.schedules import RECONCILIATION_CRON
+from deskhand.infra.dbos.names import RECONCILIATION_SCHEDULE
 from tests.durability.helpers import decide, start, user
 from tests.fixtures.dbos import clear_of_its_firing, trigger_now, wait_parked, wait_terminal
 

@@ -12,12 +12,12 @@ import datetime as dt
 import pytest
 from django.utils import timezone
 
-from agent.effects.provider_reconciliation import reconcile_merchant
-from agent.ledger.models import LedgerEntry
+from agent.ledger.provider_reconciliation import reconcile_merchant
 from agent.models import Step
+from agent.models.ledger import LedgerEntry
 from agent.providers.policy import PolicyProvider
 from approvals.models import Approval
-from deskhand.desk.models import Refund
+from deskhand.domain.desk.models import Refund
 from tests.durability.helpers import assert_accounting_matches, decide, start
 from tests.fixtures.dbos import wait_parked, wait_terminal
 from tests.support.waiting import until
@@ -217,7 +217,7 @@ def test_a_refund_a_person_narrowed_is_made_at_the_provider_for_the_approved_amo
 ):
     """Approve with changes meets an external effect: the provider is asked for the approved
     amount under the approved call's key, and the model reads that a person changed it."""
-    from agent.consent.narrowing import approval_approve_with_changes
+    from agent.tools.narrowing import approval_approve_with_changes
     from tests.durability.helpers import pending_approval, user
 
     api = northwind_pays_at_the_provider

@@ -1,4 +1,4 @@
-"""The crash points are one list (``deskhand.crashpoints.Point``): every call site names a
+"""The crash points are one list (``deskhand.infra.crashpoints.Point``): every call site names a
 point on it, an unknown name fails fast, and every point on it is where some crash-sweep
 schedule or test kills."""
 
@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from deskhand import crashpoints
-from deskhand.crashpoints import Point
+from deskhand.infra import crashpoints
+from deskhand.infra.crashpoints import Point
 
 ROOT = Path(__file__).resolve().parents[2]
 PRODUCT = ("deskhand", "agent", "approvals")

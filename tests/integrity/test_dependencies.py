@@ -1,7 +1,7 @@
 """The architecture's import rules hold: the contracts in pyproject.toml, and no import circle.
 
 One home for the rules (``[tool.importlinter]``, docs/architecture.md): the product's
-packages are layers that never import upwards, only ``deskhand.dbos`` imports ``dbos``,
+packages are layers that never import upwards, only ``deskhand.infra.dbos`` imports ``dbos``,
 the DBOS client imports no app, the loop never reaches the engine, and the product never
 imports ``tests``. ``lint-imports`` runs them in ``make check``; this file runs them in
 ``make test`` too, and adds what they cannot see:

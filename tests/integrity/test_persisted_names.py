@@ -19,8 +19,8 @@ from django.conf import settings
 from agent import steps
 from agent.runtime import RETRYABLE_STEPS, TOOL_STEP_PREFIX, Patch, StepName, tool_step
 from agent.tools import REGISTRY
-from deskhand.dbos import names
-from deskhand.dbos.engine.workflow import LIMITED_STEPS
+from deskhand.engine.workflow import LIMITED_STEPS
+from deskhand.infra.dbos import names
 
 PARKED = Path(__file__).resolve().parents[1] / "fixtures" / "parked"
 
@@ -151,7 +151,7 @@ def test_dbos_knows_the_workflows_and_steps_by_exactly_these_names():
         "<temp>.effects.merchants",
         "<temp>.effects.reconcile_merchant",
         "<temp>.privacy.retention",
-        # The intake's steps (deskhand.dbos.engine.intake).
+        # The intake's steps (deskhand.engine.intake).
         "<temp>.mail.process",
         "<temp>.customer.route",
     }

@@ -12,9 +12,9 @@ from django.db.models import Sum
 from django.utils import timezone
 
 from agent.run.services import run_create
-from deskhand.desk.models import Order, Refund, Ticket
-from deskhand.desk.selectors import refund_totals
-from deskhand.desk.services import merchant_day_start
+from deskhand.domain.desk.models import Order, Refund, Ticket
+from deskhand.domain.desk.selectors import refund_totals
+from deskhand.domain.desk.services import merchant_day_start
 
 
 def _sum(qs) -> int:

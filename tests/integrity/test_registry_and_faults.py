@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 
 from agent.providers.base import ModelReply
-from agent.run import faults
-from agent.run.faults import Fault, InjectedCrash, ModelUnavailable, injecting
+from agent.record import faults
+from agent.record.faults import Fault, InjectedCrash, ModelUnavailable, injecting
 from agent.tools import REGISTRY, Risk, ToolError
-from deskhand import crashpoints
+from deskhand.infra import crashpoints
 
 IRREVERSIBLE = {
     "issue_refund",
@@ -70,7 +70,7 @@ def test_the_environment_cannot_switch_faults_on() -> None:
     env = dict(os.environ, **dict.fromkeys(names, "issue_refund:error,model:garbage,*:kill"))
     env.setdefault("DJANGO_SETTINGS_MODULE", "deskhand.settings")
     probe = (
-        "import django; django.setup(); from agent.run import faults; "
+        "import django; django.setup(); from agent.record import faults; "
         "print(faults.active(), faults.after_tool('get_order', None, 'text'))"
     )
     out = subprocess.run(
@@ -165,7 +165,7 @@ def test_crash_points_run_their_action_at_the_named_place() -> None:
 
 def test_kill_at_counts_to_the_nth_visit(monkeypatch: pytest.MonkeyPatch) -> None:
     killed = []
-    # The crash points live at the bottom of the layers (deskhand.crashpoints); faults
+    # The crash points live at the bottom of the layers (deskhand.infra.crashpoints); faults
     # re-exports them, so the kill is patched where it happens.
     monkeypatch.setattr(crashpoints, "sigkill_self", lambda: killed.append(os.getpid()))
     faults.kill_at("after_step", "model", nth=3)

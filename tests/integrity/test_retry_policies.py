@@ -1,4 +1,4 @@
-"""Every retry is one of the named policies in ``deskhand.retry``; no library retries on top."""
+"""Every retry is one of the named policies in ``deskhand.infra.retry``; no library retries on top."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from deskhand import retry
+from deskhand.infra import retry
 
 ROOT = Path(__file__).resolve().parents[2]
 PRODUCT = ("agent", "approvals", "deskhand")
@@ -28,11 +28,11 @@ def test_only_the_policy_module_uses_the_retry_library() -> None:
         for p, text in product_sources().items()
         if re.search(r"^\s*(from|import) tenacity", text, re.M)
     ]
-    assert users == ["deskhand/retry.py"]
+    assert users == ["deskhand/infra/retry.py"]
 
 
 def test_dbos_retries_a_step_only_through_a_named_policy() -> None:
-    engine = {p: t for p, t in product_sources().items() if p.startswith("deskhand/dbos/")}
+    engine = {p: t for p, t in product_sources().items() if p.startswith("deskhand/infra/dbos/")}
     spelled = [p for p, text in engine.items() if re.search(r"max_attempts|interval_seconds", text)]
     assert spelled == []
 

@@ -12,8 +12,8 @@ from django.forms.models import model_to_dict
 
 from agent.models import Run
 from agent.run.services import run_create
-from deskhand.desk.models import Order, Ticket
-from deskhand.desk.rows import row_by_pk
+from deskhand.domain.desk.models import Order, Ticket
+from deskhand.domain.desk.rows import row_by_pk
 
 
 def _same(a, b) -> None:
@@ -55,7 +55,7 @@ def test_a_locked_read_and_a_missing_row(seeded):
 def _orm_ticket(merchant_id, reference):
     from django.db.models import Prefetch
 
-    from deskhand.desk.models import TicketMessage
+    from deskhand.domain.desk.models import TicketMessage
 
     return (
         Ticket.objects.filter(merchant_id=merchant_id, reference__iexact=reference)
@@ -70,7 +70,7 @@ def _orm_ticket(merchant_id, reference):
 def test_a_ticket_by_reference_reads_as_the_orm_reads_it_thread_included(
     seeded, django_assert_num_queries
 ):
-    from deskhand.desk.selectors import ticket_get
+    from deskhand.domain.desk.selectors import ticket_get
 
     ticket = Ticket.objects.get(reference="NW-1")
     orm = _orm_ticket(ticket.merchant_id, "nw-1")
@@ -98,8 +98,8 @@ def test_an_order_by_reference_reads_as_the_orm_reads_it_items_and_refunds_inclu
 ):
     from django.db.models import Prefetch
 
-    from deskhand.desk.models import Refund
-    from deskhand.desk.selectors import order_get
+    from deskhand.domain.desk.models import Refund
+    from deskhand.domain.desk.selectors import order_get
 
     order = Order.objects.filter(items__isnull=False, refunds__isnull=False).first() or (
         Order.objects.filter(items__isnull=False).first()
@@ -127,8 +127,8 @@ def test_a_knowledge_base_search_ranks_as_the_orm_ranks(seeded):
     from django.contrib.postgres.search import SearchQuery, SearchRank
     from django.db.models import F
 
-    from deskhand.desk.models import KbArticle
-    from deskhand.desk.selectors import kb_query_words, kb_search
+    from deskhand.domain.desk.models import KbArticle
+    from deskhand.domain.desk.selectors import kb_query_words, kb_search
 
     merchant_id = Ticket.objects.get(reference="NW-1").merchant_id
     for query in ("refund policy damaged goods", "how long does a refund take", "zzzqqq"):

@@ -18,11 +18,11 @@ from aiosmtpd.controller import Controller
 from django.db import close_old_connections
 from django.utils import timezone
 
-from deskhand.desk.models import Routing, TicketMessage
-from deskhand.mail.intake import inbound_received
-from deskhand.mail.models import InboundEmail, InboundStatus
-from deskhand.mail.process import inbound_process
-from deskhand.mail.smtp import InboundHandler, smtp_options
+from deskhand.domain.desk.models import Routing, TicketMessage
+from deskhand.domain.mail.intake import inbound_received
+from deskhand.domain.mail.models import InboundEmail, InboundStatus
+from deskhand.domain.mail.process import inbound_process
+from deskhand.domain.mail.smtp import InboundHandler, smtp_options
 from tests.support.waiting import PATIENCE_S, until
 
 # A real key, of the shape Mailgun issues, that the server under test is configured with.

@@ -6,11 +6,11 @@ Each test shows where the message went (its row's status and reason) and that it
 
 from __future__ import annotations
 
-from deskhand.desk import services
-from deskhand.desk.models import Merchant, Ticket, TicketMessage
-from deskhand.mail.intake import HEAD_BYTES
-from deskhand.mail.models import Automated, InboundEmail, InboundStatus
-from deskhand.mail.parse import Verdicts
+from deskhand.domain.desk import services
+from deskhand.domain.desk.models import Merchant, Ticket, TicketMessage
+from deskhand.domain.mail.intake import HEAD_BYTES
+from deskhand.domain.mail.models import Automated, InboundEmail, InboundStatus
+from deskhand.domain.mail.parse import Verdicts
 from tests.mail.conftest import DANA, NORTHWIND, mail, received
 
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from deskhand.mail.hygiene import automated, html_to_text, trim_quoted
-from deskhand.mail.parse import Verdicts, content, message_from_bytes
+from deskhand.domain.mail.hygiene import automated, html_to_text, trim_quoted
+from deskhand.domain.mail.parse import Verdicts, content, message_from_bytes
 from tests.mail.conftest import mail
 
 

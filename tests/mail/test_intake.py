@@ -18,13 +18,13 @@ from django.utils import timezone
 from agent.customer.intake import intake_sweep
 from agent.customer.route import customer_line_route, line_run_id
 from agent.models import Run
+from agent.ops.reconciler import reconcile
 from agent.privacy.retention import retention_sweep
-from agent.run.reconciler import reconcile
-from deskhand.dbos import client as dbos_client
-from deskhand.dbos.names import inbound_workflow_id, line_workflow_id
-from deskhand.desk.models import Merchant, Routing, TicketMessage
-from deskhand.mail.intake import inbound_received
-from deskhand.mail.models import InboundEmail, InboundStatus
+from deskhand.domain.desk.models import Merchant, Routing, TicketMessage
+from deskhand.domain.mail.intake import inbound_received
+from deskhand.domain.mail.models import InboundEmail, InboundStatus
+from deskhand.infra.dbos import client as dbos_client
+from deskhand.infra.dbos.names import inbound_workflow_id, line_workflow_id
 from tests.mail.conftest import intake_idle, intake_now, mail
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -9,8 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from deskhand.desk.models import Ticket
-from deskhand.mail.models import InboundEmail
+from deskhand.domain.desk.models import Ticket
+from deskhand.domain.mail.models import InboundEmail
 from tests.mail.conftest import intake_idle
 
 ROOT = Path(__file__).resolve().parents[2]

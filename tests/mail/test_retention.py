@@ -6,9 +6,9 @@ import datetime as dt
 
 from django.utils import timezone
 
-from deskhand.mail.intake import inbound_received
-from deskhand.mail.models import InboundEmail
-from deskhand.mail.retention import inbound_prune
+from deskhand.domain.mail.intake import inbound_received
+from deskhand.domain.mail.models import InboundEmail
+from deskhand.domain.mail.retention import inbound_prune
 from tests.mail.conftest import mail, received
 
 

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from deskhand.desk.models import Ticket, TicketMessage
-from deskhand.mail.models import InboundEmail, InboundStatus
+from deskhand.domain.desk.models import Ticket, TicketMessage
+from deskhand.domain.mail.models import InboundEmail, InboundStatus
 from tests.mail.conftest import DANA, NORTHWIND, free_port, intake_idle, mail
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -8,10 +8,10 @@ from django.contrib.auth.models import User
 from django.utils import timezone
 
 from agent.privacy.erasure import customer_erase, erasure_for
-from deskhand.desk.models import Customer, Ticket, TicketMessage, TicketStatus
-from deskhand.desk.thread import reply_address
-from deskhand.mail.models import InboundAttachment, InboundEmail, InboundStatus
-from deskhand.mail.process import inbound_process
+from deskhand.domain.desk.models import Customer, Ticket, TicketMessage, TicketStatus
+from deskhand.domain.desk.thread import reply_address
+from deskhand.domain.mail.models import InboundAttachment, InboundEmail, InboundStatus
+from deskhand.domain.mail.process import inbound_process
 from tests.mail.conftest import DANA, LUMEN, NORTHWIND, mail, received
 
 

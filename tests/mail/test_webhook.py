@@ -12,8 +12,8 @@ import urllib.request
 import pytest
 
 from agent.models import Run
-from deskhand.desk.models import Ticket, TicketMessage
-from deskhand.mail.models import InboundEmail, InboundStatus
+from deskhand.domain.desk.models import Ticket, TicketMessage
+from deskhand.domain.mail.models import InboundEmail, InboundStatus
 from tests.mail.conftest import (
     LUMEN,
     SIGNING_KEY,

@@ -14,13 +14,12 @@ from collections.abc import Iterator
 
 import pytest
 
-from agent.ledger.models import LedgerEntry
 from agent.models import Run, Step
-from agent.privacy.models import Redaction
+from agent.models.ledger import LedgerEntry
+from agent.models.privacy import Redaction
 from agent.run.steering import run_steer
 from approvals.models import Approval, AuditEvent
-from deskhand.dbos import client as dbos_client
-from deskhand.desk.models import (
+from deskhand.domain.desk.models import (
     Customer,
     Merchant,
     Order,
@@ -28,8 +27,9 @@ from deskhand.desk.models import (
     Refund,
     TicketMessage,
 )
-from deskhand.mail.models import InboundAttachment, InboundEmail
-from deskhand.mail.parse import Verdicts
+from deskhand.domain.mail.models import InboundAttachment, InboundEmail
+from deskhand.domain.mail.parse import Verdicts
+from deskhand.infra.dbos import client as dbos_client
 from tests.console.conftest import client_for
 from tests.durability.helpers import decide, start, user
 from tests.edge.test_cli_conventions import cli

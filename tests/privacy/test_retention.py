@@ -15,16 +15,16 @@ import pytest
 from django.db import connection
 from django.utils import timezone
 
-from agent.ledger.models import LedgerEntry
 from agent.models import Run, Step
-from agent.privacy.models import Redaction
+from agent.models.ledger import LedgerEntry
+from agent.models.privacy import Redaction
 from agent.privacy.retention import retention_sweep
 from agent.replay.fork import fork_run
 from agent.run.services import RunRefused
 from approvals.models import Approval
-from deskhand.dbos import client as dbos_client
-from deskhand.dbos.names import SCHEDULED_WORKFLOWS
-from deskhand.desk.models import Merchant, Refund
+from deskhand.domain.desk.models import Merchant, Refund
+from deskhand.infra.dbos import client as dbos_client
+from deskhand.infra.dbos.names import SCHEDULED_WORKFLOWS
 from tests.console.conftest import client_for
 from tests.durability.helpers import decide, start, user
 from tests.edge.test_cli_conventions import cli
@@ -66,8 +66,8 @@ def test_past_its_retention_a_run_is_redacted_its_dbos_history_deleted_and_its_l
 ):
     from dbos import DBOS
 
-    from deskhand.dbos.engine.schedules import retention_workflow
-    from deskhand.dbos.names import RETENTION_SCHEDULE
+    from deskhand.engine.schedules import retention_workflow
+    from deskhand.infra.dbos.names import RETENTION_SCHEDULE
 
     Merchant.objects.filter(slug="northwind").update(retention_days=90)
     Merchant.objects.filter(slug="lumen").update(retention_days=365)

@@ -13,9 +13,9 @@ from django.test import Client
 from agent.run.services import run_start
 from approvals.models import Approval, AuditEvent, StaffNote
 from approvals.services import approval_decide
-from deskhand.cli import CliError
-from deskhand.desk.models import Membership, Merchant, Ticket
-from deskhand.desk.permissions import NotAllowed
+from deskhand.domain.cli import CliError
+from deskhand.domain.desk.models import Membership, Merchant, Ticket
+from deskhand.domain.desk.permissions import NotAllowed
 from tests.console.conftest import make_approval, make_run
 
 SAM = "sam@northwind.test"

@@ -20,18 +20,18 @@ from hypothesis import strategies as st
 
 import approvals.services
 from agent.ledger.effect import execute_irreversible, ledger_key
-from agent.ledger.models import LedgerEntry
 from agent.loop import run_agent
 from agent.models import TERMINAL_STATUSES, Run, Step
+from agent.models.ledger import LedgerEntry
+from agent.models.payloads import StepKind
 from agent.providers import clear_overrides, install_override
 from agent.providers.scripted import ScriptedProvider
-from agent.run.payloads import StepKind
 from agent.run.services import run_create
 from agent.tools import REGISTRY, args_hash
 from approvals.models import Approval, ApprovalStatus
 from approvals.services import approval_decide
-from deskhand.desk.models import Merchant, Order, OutboundEmail, Refund, Ticket
-from deskhand.desk.services import DomainError, merchant_day_start, refund_issue
+from deskhand.domain.desk.models import Merchant, Order, OutboundEmail, Refund, Ticket
+from deskhand.domain.desk.services import DomainError, merchant_day_start, refund_issue
 from tests.properties.inline import InlineRuntime, drive
 
 pytestmark = pytest.mark.django_db

@@ -20,7 +20,7 @@ from agent.replay import rebuild, timeline
 from agent.run.services import RunRefused, run_create
 from agent.tools.registry import canonical_json
 from approvals.models import Approval, AuditEvent
-from deskhand.desk.models import Order, Refund, Ticket
+from deskhand.domain.desk.models import Order, Refund, Ticket
 from tests.durability.helpers import assert_accounting_matches, start, user
 from tests.fixtures.dbos import wait_for_run, wait_terminal
 from tests.support.messages_api import DEFAULT_KEY, MessagesApi, text, tool_use

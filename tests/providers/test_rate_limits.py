@@ -44,7 +44,7 @@ def api(settings) -> Iterator[MessagesApi]:
 @pytest.fixture
 def one_call_per(dbos_executor) -> Iterator[float]:
     """The anthropic queue's limiter at one start per ``period`` seconds, for this test."""
-    from deskhand.dbos.engine.queues import register_model_queues
+    from deskhand.engine.queues import register_model_queues
 
     period = 3.0
     register_model_queues(rpm={"anthropic": 1}, period=period)
@@ -287,7 +287,7 @@ def test_a_run_whose_model_call_waits_on_the_limit_moves_to_the_new_version_with
     from django.test import override_settings
 
     from agent.run.services import RunRefused
-    from deskhand.dbos.engine.deploys import runs_move_version
+    from deskhand.engine.deploys import runs_move_version
 
     old, new = "deskhand-0.0.9", settings.DESKHAND_APP_VERSION
     keyed = {"ANTHROPIC_API_KEY": DEFAULT_KEY, "ANTHROPIC_BASE_URL": api.url}

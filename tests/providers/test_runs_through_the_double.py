@@ -17,7 +17,7 @@ from django.db.models import Sum
 
 from agent.models import Run, Step
 from agent.providers.pricing import cost_micros
-from deskhand.desk.models import Refund, Ticket
+from deskhand.domain.desk.models import Refund, Ticket
 from tests.durability.helpers import (
     assert_accounting_matches,
     assert_every_effect_was_approved,

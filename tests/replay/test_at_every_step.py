@@ -17,10 +17,9 @@ from typing import Any
 import pytest
 
 from agent.conversation import live
-from agent.models import Step
+from agent.models import Step, payloads
 from agent.providers.scripted import call, say
 from agent.replay import rebuild
-from agent.run import payloads
 from agent.run.steering import run_steer
 from agent.tools import api_schemas
 from agent.tools.registry import canonical_json

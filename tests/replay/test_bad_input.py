@@ -12,7 +12,7 @@ import pytest
 
 from agent.models import Run, Step
 from agent.run.services import run_create
-from deskhand.desk.models import Ticket
+from deskhand.domain.desk.models import Ticket
 from tests.durability.helpers import user
 from tests.fixtures.dbos import ROOT, test_database_url
 from tests.replay.conftest import replay_cmd

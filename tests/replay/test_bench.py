@@ -273,7 +273,7 @@ def test_bench_loop_measures_deskhands_own_work_per_step_its_profile_and_sql_sit
     sql = loop["sql"]
     assert sql["runs"] == 1 and sql["statements_per_run"] > 50 and sql["sql_cpu_ms_per_run"] > 0
     sites = {s["site"].split(" < ")[0].split(":")[0] for s in sql["sites"]}
-    assert "agent/run/steplog.py" in sites  # every step writes its row: always among the top
+    assert "agent/record/steplog.py" in sites  # every step writes its row: always among the top
     assert all(s["statements"] >= 0 and s["compile_ms"] >= 0 for s in sql["sites"])
     assert "querysets compiled" in proc.stdout
 

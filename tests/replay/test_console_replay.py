@@ -15,7 +15,7 @@ from agent.models import Run, Step
 from agent.providers.policy import PolicyProvider
 from agent.run.services import run_create
 from approvals.models import AuditEvent
-from deskhand.desk.models import Refund, Ticket
+from deskhand.domain.desk.models import Refund, Ticket
 from tests.console.conftest import AUDITOR, LU_OWNER, NW_AGENT, NW_OWNER, NW_VIEWER, client_for
 from tests.durability.helpers import decide, start, user
 from tests.fixtures.dbos import wait_parked, wait_terminal

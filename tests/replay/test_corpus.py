@@ -14,7 +14,7 @@ from django.core.management.base import CommandError
 from agent.models import Run, Step
 from agent.providers.base import ModelReply
 from agent.replay import rebuild, timeline
-from deskhand.desk.models import Merchant
+from deskhand.domain.desk.models import Merchant
 from tests.devtools.synthetic import synthetic_generate
 from tests.replay.conftest import every_table
 

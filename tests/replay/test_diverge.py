@@ -7,12 +7,12 @@ from typing import Any
 import pytest
 from django.db import connection
 
-from agent.ledger.models import LedgerEntry
 from agent.models import Run, Step
+from agent.models.ledger import LedgerEntry
 from agent.providers.base import ModelReply
 from agent.providers.policy import PolicyProvider
 from approvals.models import Approval, AuditEvent
-from deskhand.desk.models import OutboundEmail, Refund, TicketMessage
+from deskhand.domain.desk.models import OutboundEmail, Refund, TicketMessage
 from tests.durability.helpers import decide, start
 from tests.fixtures.dbos import wait_parked, wait_terminal, workflow_settled
 from tests.replay.conftest import replay_cmd

@@ -18,7 +18,7 @@ import pytest
 
 from agent.models import Run, Step
 from agent.providers.base import ModelReply
-from deskhand.desk.models import Refund
+from deskhand.domain.desk.models import Refund
 from tests.durability.helpers import decide, start
 from tests.fixtures.dbos import (
     ensure_in_process_executor,

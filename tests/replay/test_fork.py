@@ -11,8 +11,8 @@ import json
 
 import pytest
 
-from agent.ledger.models import LedgerEntry
 from agent.models import Run, Step
+from agent.models.ledger import LedgerEntry
 from agent.providers.policy import PolicyProvider
 from agent.providers.scripted import call, say
 from agent.replay import rebuild, timeline
@@ -20,8 +20,8 @@ from agent.run.selectors import effects_summary
 from agent.run.services import run_create
 from agent.run.steering import run_steer
 from approvals.models import Approval, AuditEvent
-from deskhand.dbos.client import client
-from deskhand.desk.models import OutboundEmail, Refund, Ticket
+from deskhand.domain.desk.models import OutboundEmail, Refund, Ticket
+from deskhand.infra.dbos.client import client
 from tests.consent.conftest import refund, settle
 from tests.durability.helpers import assert_every_effect_was_approved, decide, start, user
 from tests.fixtures.dbos import wait_parked, wait_terminal

@@ -19,12 +19,12 @@ from django.core.management import call_command
 from django.test import Client
 from django.urls import reverse
 
-from agent.ledger.models import LedgerEntry
 from agent.models import Run, Step
+from agent.models.ledger import LedgerEntry
 from agent.providers.policy import PolicyProvider
 from agent.replay.fork import fork_run
 from approvals.models import Approval
-from deskhand.desk.models import Merchant, OutboundEmail, Refund
+from deskhand.domain.desk.models import Merchant, OutboundEmail, Refund
 from tests.durability.helpers import (
     assert_every_effect_was_approved,
     decide,

@@ -20,12 +20,12 @@ from django.test import Client
 from django.urls import reverse
 
 from agent.ledger import lineage
-from agent.ledger.models import LedgerEntry, LedgerState
 from agent.models import Run, Step
+from agent.models.ledger import LedgerEntry, LedgerState
 from agent.replay.fork import fork_run
 from agent.run.services import run_create
 from agent.tools import REGISTRY
-from deskhand.desk.models import Order, OutboundEmail, Refund, Ticket
+from deskhand.domain.desk.models import Order, OutboundEmail, Refund, Ticket
 from tests.durability.helpers import (
     assert_every_effect_was_approved,
     decide,

@@ -249,7 +249,7 @@ def _portable(cur: Any, model: Any, row: dict[str, Any], recorded_tables: set[st
 def _world_tables(ticket_id: int) -> list[tuple[Any, str, list[Any]]]:
     """(model, key column, keys) for the rows of a ticket the seed does not make, parents first:
     its customer, the ticket, and its thread's lines no run wrote (the customer's own)."""
-    from deskhand.desk.models import Customer, Ticket, TicketMessage
+    from deskhand.domain.desk.models import Customer, Ticket, TicketMessage
 
     ticket = Ticket.objects.get(pk=ticket_id)
     own_lines = TicketMessage.objects.filter(ticket_id=ticket_id, run__isnull=True)
@@ -358,8 +358,12 @@ def customer_wait_ticket() -> Any:
     """The ticket ``record --customer-wait`` parks a run on, as the thread code opens it for a
     first email. Northwind's automatic runs are off while recording: the recorder starts the
     run itself, as for NW-1, so no audit event names a thread line by a key the load changes."""
-    from deskhand.desk.models import Merchant
-    from deskhand.desk.thread import customer_for_address, thread_customer_message_add, ticket_open
+    from deskhand.domain.desk.models import Merchant
+    from deskhand.domain.desk.thread import (
+        customer_for_address,
+        thread_customer_message_add,
+        ticket_open,
+    )
 
     Merchant.objects.filter(slug="northwind").update(auto_runs="off")
     merchant = Merchant.objects.get(slug="northwind")
@@ -406,9 +410,9 @@ def record(out: Path, *, mid_turn: bool = False, customer_wait: bool = False) ->
     try:
         import threading
 
-        from agent.run import faults
+        from agent.record import faults
         from agent.run.services import run_start
-        from deskhand.desk.models import Ticket
+        from deskhand.domain.desk.models import Ticket
         from tests.durability.helpers import user
         from tests.fixtures.dbos import (
             empty_dbos_schema,
@@ -495,7 +499,7 @@ def record(out: Path, *, mid_turn: bool = False, customer_wait: bool = False) ->
         out.write_text(json.dumps(fixture, indent=1, sort_keys=False) + "\n")
         return fixture
     finally:
-        from deskhand.dbos.client import close_clients
+        from deskhand.infra.dbos.client import close_clients
 
         close_clients()  # its session would keep the throwaway database from being dropped
         connections.close_all()
@@ -630,7 +634,7 @@ def aged(fixture: dict[str, Any], days: float) -> dict[str, Any]:
 
 #: Checkpoint outputs that name a recorded row by its integer key: the load rewrites them to the
 #: row's key in the new world. A string names it after its last colon (a topic:
-#: ``deskhand.dbos.names.customer_topic``). Within one database these keys never change; only
+#: ``deskhand.infra.dbos.names.customer_topic``). Within one database these keys never change; only
 #: moving a run into another world (this loader) needs it.
 KEYS_IN_OUTPUTS: dict[str, dict[str, str]] = {
     "customer.park": {"topic": "desk_ticket", "after": "desk_ticketmessage"},

@@ -466,7 +466,7 @@ class _Handler(BaseHTTPRequestHandler):
 
 def charge_seeded_orders(api: PaymentsApi) -> int:
     """Give the double a charge for every order the database says was paid through it."""
-    from deskhand.desk.models import Order
+    from deskhand.domain.desk.models import Order
 
     n = 0
     for order in Order.objects.exclude(payment_reference=""):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 
-from deskhand.dbos import client as dbos_client
+from deskhand.infra.dbos import client as dbos_client
 
 
 def until_settled(run_id: str, timeout: float = 10.0) -> None:

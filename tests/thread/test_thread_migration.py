@@ -14,7 +14,7 @@ from django.db import connection
 from django.db.migrations.executor import MigrationExecutor
 from django.utils import timezone
 
-from deskhand.desk.models import Merchant, OutboundEmail, Ticket, TicketMessage
+from deskhand.domain.desk.models import Merchant, OutboundEmail, Ticket, TicketMessage
 
 BEFORE = [("desk", "0003_retention_and_erasure")]
 
@@ -124,7 +124,7 @@ def test_existing_messages_and_emails_become_each_tickets_thread(old_shape):
         "northwind": "NW",
         "lumen": "LU",
     }
-    from deskhand.desk.thread import ticket_reference_next
+    from deskhand.domain.desk.thread import ticket_reference_next
 
     assert ticket_reference_next(Merchant.objects.get(slug="northwind")) == "NW-8"
     assert Ticket.objects.count() == 3

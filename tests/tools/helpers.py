@@ -15,11 +15,11 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
-from agent.ledger.models import LedgerEntry
 from agent.models import Run, RunStatus
+from agent.models.ledger import LedgerEntry
 from agent.tools import REGISTRY, Risk, args_hash
 from agent.tools.registry import ToolContext, ToolOutcome
-from deskhand.desk.models import Ticket
+from deskhand.domain.desk.models import Ticket
 
 
 def start_run(

@@ -14,13 +14,20 @@ from zoneinfo import ZoneInfo
 import pytest
 from django.db import connection, transaction
 
-from agent.ledger.models import LedgerEntry
 from agent.models import RunStatus
+from agent.models.ledger import LedgerEntry
 from agent.tools import REGISTRY, ToolError
 from agent.tools.registry import ToolOutcome
-from deskhand.desk.models import Merchant, MessageKind, Order, OutboundEmail, Refund, TicketMessage
-from deskhand.desk.money import format_cents, format_micros
-from deskhand.desk.services import merchant_day_start
+from deskhand.domain.desk.models import (
+    Merchant,
+    MessageKind,
+    Order,
+    OutboundEmail,
+    Refund,
+    TicketMessage,
+)
+from deskhand.domain.desk.money import format_cents, format_micros
+from deskhand.domain.desk.services import merchant_day_start
 from tests.tools.helpers import call, context, result, start_run
 
 

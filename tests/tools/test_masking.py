@@ -16,11 +16,11 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from agent.models import Step
-from agent.privacy.masking import EMAIL, mask_email, mask_result, mask_text
+from agent.record.execute import execute_tool
 from agent.tools import REGISTRY, ToolError
-from agent.tools.execute import execute_tool
+from agent.tools.masking import EMAIL, mask_email, mask_result, mask_text
 from agent.tools.registry import Risk, ToolDef, ToolOutcome
-from deskhand.desk.models import Ticket, TicketMessage
+from deskhand.domain.desk.models import Ticket, TicketMessage
 from tests.tools.helpers import call, context, result, start_run
 
 

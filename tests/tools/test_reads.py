@@ -12,7 +12,7 @@ import pytest
 from django.utils import timezone
 
 from agent.tools import ToolError
-from deskhand.desk.models import Order, Refund, Ticket
+from deskhand.domain.desk.models import Order, Refund, Ticket
 from tests.tools.helpers import call, result, start_run
 
 

@@ -6,8 +6,8 @@ import pytest
 from django.contrib.auth.models import User
 
 from agent.tools import ToolError
-from deskhand.desk.models import MessageKind, Ticket, TicketMessage
-from deskhand.desk.services import DomainError, inverse_apply
+from deskhand.domain.desk.models import MessageKind, Ticket, TicketMessage
+from deskhand.domain.desk.services import DomainError, inverse_apply
 from tests.tools.helpers import call, result, start_run
 
 

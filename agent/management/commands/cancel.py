@@ -8,8 +8,8 @@ from agent.management.helpers import print_outcome, run_by_id, user_by_email
 from agent.models import RunStatus
 from agent.run.services import RunRefused, run_cancel
 from approvals.models import Channel
-from deskhand.cli import DeskhandCommand
-from deskhand.desk.permissions import NotAllowed, NotVisible
+from deskhand.domain.cli import DeskhandCommand
+from deskhand.domain.desk.permissions import NotAllowed, NotVisible
 
 
 class Command(DeskhandCommand):

@@ -7,13 +7,13 @@ from typing import Any
 
 from django.core.management.base import CommandError
 
-from agent.consent.narrowing import NarrowingRefused, approval_approve_with_changes, changes_text
 from agent.management.helpers import print_outcome, user_by_email, wait_for_rest
+from agent.tools.narrowing import NarrowingRefused, approval_approve_with_changes, changes_text
 from approvals.models import Channel
 from approvals.selectors import approval_for_user
 from approvals.services import DecisionRefused, approval_decide
-from deskhand.cli import CliError, DeskhandCommand
-from deskhand.desk.permissions import NotAllowed, NotVisible
+from deskhand.domain.cli import CliError, DeskhandCommand
+from deskhand.domain.desk.permissions import NotAllowed, NotVisible
 
 
 class Command(DeskhandCommand):

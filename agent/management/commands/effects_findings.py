@@ -14,10 +14,10 @@ from typing import Any
 from django.db import transaction
 from django.utils import timezone
 
-from agent.effects.models import EffectFinding
-from agent.effects.provider_reconciliation import reconcile_all
 from agent.effects.selectors import findings_summary, open_findings
-from deskhand.cli import CliError, DeskhandCommand
+from agent.ledger.provider_reconciliation import reconcile_all
+from agent.models.effects import EffectFinding
+from deskhand.domain.cli import CliError, DeskhandCommand
 
 
 class Command(DeskhandCommand):

@@ -16,8 +16,8 @@ from django.core.management.base import CommandError
 from agent.management.helpers import user_by_email
 from agent.privacy.erasure import ErasureRefused, customer_erase, erasure_for
 from approvals.models import Channel
-from deskhand.cli import DeskhandCommand
-from deskhand.desk.permissions import NotAllowed, NotVisible
+from deskhand.domain.cli import DeskhandCommand
+from deskhand.domain.desk.permissions import NotAllowed, NotVisible
 
 LABELS = {
     "customer": "customer record (pseudonymised)",

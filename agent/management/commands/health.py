@@ -14,7 +14,7 @@ import sys
 from typing import Any
 
 from agent.ops.health import Report, health_report
-from deskhand.cli import DeskhandCommand
+from deskhand.domain.cli import DeskhandCommand
 
 
 class Command(DeskhandCommand):
@@ -33,7 +33,7 @@ class Command(DeskhandCommand):
 
     def handle(self, *args: Any, **opts: Any) -> None:
         if opts["stuck_after"] <= 0:
-            from deskhand.cli import UsageError
+            from deskhand.domain.cli import UsageError
 
             raise UsageError("--stuck-after must be a positive number of minutes.")
         report = health_report(dt.timedelta(minutes=opts["stuck_after"]))

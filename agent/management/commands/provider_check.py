@@ -22,7 +22,7 @@ from agent.conversation.prompts import system_prompt
 from agent.providers.anthropic import AnthropicProvider, ProviderError, RetryPolicy
 from agent.providers.pricing import UnknownModel
 from agent.tools import api_schemas
-from deskhand.cli import DeskhandCommand
+from deskhand.domain.cli import DeskhandCommand
 
 CHECK_TOKEN = "provider-check"
 MESSAGES = [{"role": "user", "content": [{"type": "text", "text": "Reply with the word: ok"}]}]

@@ -36,16 +36,15 @@ from django.db import transaction
 
 from agent.management import divergence
 from agent.management.helpers import print_outcome, run_by_id, user_by_email, wait_for_rest
-from agent.models import Run, Step
+from agent.models import Run, Step, payloads
+from agent.models.payloads import StepKind
 from agent.privacy.redaction import replay_refusal
 from agent.replay import compat, rebuild, timeline
 from agent.replay.fork import fork_run
-from agent.run import payloads
-from agent.run.payloads import StepKind
 from agent.run.services import RunRefused
 from approvals.models import Channel
-from deskhand.cli import CliError, DeskhandCommand, UsageError
-from deskhand.desk.permissions import NotAllowed, NotVisible
+from deskhand.domain.cli import CliError, DeskhandCommand, UsageError
+from deskhand.domain.desk.permissions import NotAllowed, NotVisible
 
 _one_line = divergence.one_line
 

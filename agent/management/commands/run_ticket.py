@@ -8,10 +8,10 @@ from agent.management.helpers import print_outcome, user_by_email, wait_for_rest
 from agent.run.selectors import rerun_needs_confirming, ticket_done
 from agent.run.services import RunRefused, run_start
 from approvals.models import Channel
-from deskhand.cli import CliError, DeskhandCommand
-from deskhand.desk.models import Membership, Role, Ticket
-from deskhand.desk.money import display_cents
-from deskhand.desk.permissions import NotAllowed, NotVisible
+from deskhand.domain.cli import CliError, DeskhandCommand
+from deskhand.domain.desk.models import Membership, Role, Ticket
+from deskhand.domain.desk.money import display_cents
+from deskhand.domain.desk.permissions import NotAllowed, NotVisible
 
 
 class Command(DeskhandCommand):

@@ -29,12 +29,12 @@ from django.db import connection, transaction
 from django.utils import timezone
 from django.utils.module_loading import import_string
 
-from agent.ledger.models import LedgerEntry
 from agent.models import Run
+from agent.models.ledger import LedgerEntry
 from approvals.models import Approval, ApprovalPolicy, AuditEvent, StaffNote
-from deskhand.cli import DeskhandCommand
-from deskhand.desk.knowledge import Draft, article_save
-from deskhand.desk.models import (
+from deskhand.domain.cli import DeskhandCommand
+from deskhand.domain.desk.knowledge import Draft, article_save
+from deskhand.domain.desk.models import (
     AutoRuns,
     Customer,
     KbArticle,
@@ -94,7 +94,7 @@ class MerchantSpec:
     customers: tuple[tuple[str, str], ...]  # name, email
     orders: tuple[OrderSpec, ...]
     tickets: tuple[TicketSpec, ...]
-    # Where its customers write (deskhand.mail routes mail to it by this address).
+    # Where its customers write (deskhand.domain.mail routes mail to it by this address).
     support_address: str = ""
     ticket_prefix: str = ""
     auto_runs: str = AutoRuns.OFF

@@ -10,8 +10,8 @@ from django.core.management.base import CommandError
 from agent.management.helpers import run_by_id, user_by_email
 from agent.run.steering import SteerRefused, run_steer
 from approvals.models import Channel
-from deskhand.cli import DeskhandCommand
-from deskhand.desk.permissions import NotAllowed, NotVisible
+from deskhand.domain.cli import DeskhandCommand
+from deskhand.domain.desk.permissions import NotAllowed, NotVisible
 
 
 class Command(DeskhandCommand):

@@ -10,9 +10,9 @@ from django.core.management.base import CommandError
 from agent.management.helpers import user_by_email
 from approvals.models import Channel
 from approvals.notifications import WebhookRefused, webhook_set
-from deskhand.cli import CliError, DeskhandCommand
-from deskhand.desk.models import Merchant
-from deskhand.desk.permissions import NotAllowed, NotVisible
+from deskhand.domain.cli import CliError, DeskhandCommand
+from deskhand.domain.desk.models import Merchant
+from deskhand.domain.desk.permissions import NotAllowed, NotVisible
 
 
 class Command(DeskhandCommand):

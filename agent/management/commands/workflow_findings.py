@@ -19,7 +19,7 @@ from agent.run.workflow_findings import (
     finding_row,
     open_workflow_findings,
 )
-from deskhand.cli import CliError, DeskhandCommand
+from deskhand.domain.cli import CliError, DeskhandCommand
 
 
 class Command(DeskhandCommand):

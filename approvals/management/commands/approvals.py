@@ -8,8 +8,8 @@ from typing import Any
 from django.utils import timezone
 
 from approvals.selectors import approval_row, approvals_list, duration
-from deskhand.cli import CliError, DeskhandCommand
-from deskhand.desk.models import Merchant
+from deskhand.domain.cli import CliError, DeskhandCommand
+from deskhand.domain.desk.models import Merchant
 
 
 class Command(DeskhandCommand):

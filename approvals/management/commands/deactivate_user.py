@@ -19,8 +19,8 @@ from django.db import transaction
 
 from approvals.audit import audit_record
 from approvals.models import Channel, person_name
-from deskhand.cli import CliError, DeskhandCommand
-from deskhand.desk.models import Membership
+from deskhand.domain.cli import CliError, DeskhandCommand
+from deskhand.domain.desk.models import Membership
 
 
 class Command(DeskhandCommand):

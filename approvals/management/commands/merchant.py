@@ -15,9 +15,9 @@ from typing import Any
 
 from approvals.merchant_settings import limits_change
 from approvals.team import TeamRefused, invitation_link, merchant_create
-from deskhand.cli import CliError, DeskhandCommand
-from deskhand.desk.models import MailAdapter, Merchant, RefundAdapter
-from deskhand.desk.money import AmountRefused, parse_amount
+from deskhand.domain.cli import CliError, DeskhandCommand
+from deskhand.domain.desk.models import MailAdapter, Merchant, RefundAdapter
+from deskhand.domain.desk.money import AmountRefused, parse_amount
 
 # A run's words are kept at least this long: long enough to look into a complaint about it.
 RETENTION_FLOOR_DAYS = 7

@@ -116,10 +116,10 @@ def measure(
 
     from django.db import close_old_connections
 
-    from deskhand.apikeys.helpdesk import source_create
-    from deskhand.apikeys.services import key_create
-    from deskhand.dbos.client import workflow_steps
-    from deskhand.desk.models import Merchant
+    from deskhand.domain.apikeys.helpdesk import source_create
+    from deskhand.domain.apikeys.services import key_create
+    from deskhand.domain.desk.models import Merchant
+    from deskhand.infra.dbos.client import workflow_steps
     from tests.devtools.load.world import QUICK, load_world, owners
 
     progress.phase("API over a real web process: help-desk webhook → ticket; start a run")

@@ -49,7 +49,7 @@ def wake(run_ids: list[Any]) -> tuple[list[float], list[float]]:
     routing that follows its commit (``agent.customer.route``), as mail and the API pay it.
     """
     from agent.models import Run
-    from deskhand.dbos.client import workflow_steps
+    from deskhand.infra.dbos.client import workflow_steps
     from tests.devtools.load.world import customer_answer
 
     to_recv, to_step = [], []

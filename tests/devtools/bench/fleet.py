@@ -440,8 +440,8 @@ class ParkingCrew:
         to its gate is CPU work that would otherwise leak into the idle and wake figures)."""
         from django.conf import settings
 
-        from deskhand.dbos.engine.workarounds.executor_recovery import recover_executor
-        from deskhand.dbos.engine.workarounds.recv_recheck import waiting_recvs
+        from deskhand.engine.workarounds.executor_recovery import recover_executor
+        from deskhand.engine.workarounds.recv_recheck import waiting_recvs
 
         for executor_id in self.ids:
             self.fleet.worker(executor_id).kill()

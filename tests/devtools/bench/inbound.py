@@ -96,7 +96,7 @@ def _mail(shape: str, sender: str) -> bytes:
 
 
 def _parse(raw: bytes) -> None:
-    from deskhand.mail import hygiene, parse
+    from deskhand.domain.mail import hygiene, parse
 
     msg = parse.message_from_bytes(raw)
     parse.structure_problem(msg)
@@ -111,9 +111,9 @@ def _ms(seconds: float, digits: int = 1) -> float:
 def costs(samples: int) -> dict[str, Any]:
     """Parse, store and process, per shape, in this process (automatic runs off)."""
     from agent.customer.route import customer_line_route
-    from deskhand.mail.intake import inbound_received, inbound_store
-    from deskhand.mail.models import InboundStatus
-    from deskhand.mail.process import inbound_process
+    from deskhand.domain.mail.intake import inbound_received, inbound_store
+    from deskhand.domain.mail.models import InboundStatus
+    from deskhand.domain.mail.process import inbound_process
 
     made = itertools.count()
     lines: list[int] = []
@@ -176,7 +176,7 @@ def smtp_receiver() -> Iterator[int]:
     """Our SMTP receiver on a free loopback port, in this process; yields the port."""
     from aiosmtpd.controller import Controller
 
-    from deskhand.mail.smtp import InboundHandler, smtp_options
+    from deskhand.domain.mail.smtp import InboundHandler, smtp_options
     from tests.devtools.bench.api import free_port
 
     controller = Controller(
@@ -223,7 +223,7 @@ def outcomes(senders: list[str]) -> dict[str, Outcome]:
     from django.db.models import Min
 
     from agent.models import Step
-    from deskhand.mail.models import InboundEmail
+    from deskhand.domain.mail.models import InboundEmail
 
     close_old_connections()
     rows = list(
@@ -295,9 +295,9 @@ def _drained(timeout: float) -> None:
     Untimed, so the bench kicks the worker's queues while it waits: one merchant's messages
     are taken one at a time, and the next one otherwise waits for the queue's next poll.
     """
-    from deskhand.dbos.client import notify_queue
-    from deskhand.desk.models import Routing, TicketMessage
-    from deskhand.mail.models import InboundEmail, InboundStatus
+    from deskhand.domain.desk.models import Routing, TicketMessage
+    from deskhand.domain.mail.models import InboundEmail, InboundStatus
+    from deskhand.infra.dbos.client import notify_queue
 
     def idle() -> bool:
         close_old_connections()
@@ -369,7 +369,7 @@ def measure(
 
     Expects no executor in this process: the worker alone takes the intake queue.
     """
-    from deskhand.desk.models import AutoRuns, Merchant
+    from deskhand.domain.desk.models import AutoRuns, Merchant
 
     # The bench is the flood the hourly limits are there to stop.
     Merchant.objects.update(

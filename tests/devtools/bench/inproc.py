@@ -1,7 +1,7 @@
 """What one in-process executor measures: floors, steps, NW-2, pickup, throughput, parked runs.
 
 DBOS runs in the bench's own process, launched as ``manage.py worker`` launches it
-(``deskhand.dbos.engine.bootstrap.launch_executor``, persistent Django connections), so process
+(``deskhand.engine.bootstrap.launch_executor``, persistent Django connections), so process
 figures (threads, RSS, CPU) are the executor's own.
 
 Over 400 lines because every in-process figure shares one launched executor and its probes.
@@ -43,7 +43,7 @@ def register_workflows() -> dict[str, Any]:
         return _registered
     from dbos import DBOS
 
-    from deskhand.dbos.engine.workflow import DBOSRuntime
+    from deskhand.engine.workflow import DBOSRuntime
 
     def noop() -> None:
         return None
@@ -59,7 +59,7 @@ def register_workflows() -> dict[str, Any]:
 
     @DBOS.workflow(name="deskhand.bench.agent_steps")
     async def agent_steps(n: int) -> list[float]:
-        # The very code path deskhand.dbos.engine.workflow runs every step through: DBOSRuntime.step.
+        # The very code path deskhand.engine.workflow runs every step through: DBOSRuntime.step.
         wf = DBOS.workflow_id
         assert wf is not None
         rt = DBOSRuntime(wf)
@@ -137,8 +137,8 @@ class InProcess:
         from agent.models import Run, Step
         from agent.providers import clear_overrides
         from agent.run.services import run_start
-        from deskhand.dbos.client import workflow_steps
-        from deskhand.desk.models import Ticket
+        from deskhand.domain.desk.models import Ticket
+        from deskhand.infra.dbos.client import workflow_steps
 
         self.progress.phase("NW-2: DBOS operations per step-log row")
         clear_overrides()  # NW-2 on the keyless policy model, as the demo runs it
@@ -188,7 +188,7 @@ class InProcess:
     def pickup(self, samples: int, start: int, window: float = 10.0) -> None:
         """Enqueue → first step with an idle worker, one run at a time; and idle CPU first."""
         from agent.run.services import run_enqueue
-        from deskhand.dbos.client import client, workflow_steps
+        from deskhand.infra.dbos.client import client, workflow_steps
         from tests.devtools.load.world import QUICK, load_world
 
         self.progress.phase("idle worker CPU; enqueue → first step")
@@ -227,7 +227,7 @@ class InProcess:
         from dbos import DBOS, SetWorkflowID
 
         from agent.run.services import run_enqueue
-        from deskhand.dbos.engine.workflow import run_workflow
+        from deskhand.engine.workflow import run_workflow
         from tests.devtools.load.world import QUICK, load_world
 
         self.progress.phase(f"throughput: {n} runs direct, {n} through the queue")
@@ -445,8 +445,8 @@ class InProcess:
         from agent.models import Step
         from approvals.models import Approval
         from approvals.services import approval_decide
-        from deskhand.dbos import client as dbos_client
-        from deskhand.dbos.client import workflow_steps
+        from deskhand.infra.dbos import client as dbos_client
+        from deskhand.infra.dbos.client import workflow_steps
 
         sent: list[float] = []
         send = dbos_client.send_decision

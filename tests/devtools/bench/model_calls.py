@@ -31,7 +31,7 @@ def register() -> Any:
         return _registered["calls"]
     from dbos import DBOS
 
-    from deskhand.dbos.engine.workflow import LIMITED_STEPS, DBOSRuntime
+    from deskhand.engine.workflow import LIMITED_STEPS, DBOSRuntime
 
     LIMITED_STEPS["bench.model"] = bench_model
 
@@ -77,7 +77,7 @@ def measure(samples: int) -> dict[str, Any]:
     """Per call: median/p95 ms and DBOS rows, plain and limited (at the shipped polling and at 0.1 s)."""
     from dbos import DBOS
 
-    from deskhand.dbos.engine.queues import register_model_queues
+    from deskhand.engine.queues import register_model_queues
 
     calls = register()
     rpm = dict(settings.DESKHAND_MODEL_RPM)

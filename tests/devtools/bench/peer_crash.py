@@ -29,7 +29,7 @@ def _url(conninfo: dict[str, Any]) -> str:
 
 
 def _dbos_url() -> str:
-    from deskhand.dbos.client import database_url
+    from deskhand.infra.dbos.client import database_url
 
     return database_url()  # the Django database (the bench's scratch one), as DBOS takes it
 

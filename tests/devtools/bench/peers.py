@@ -107,7 +107,7 @@ class Peers:
         from dbos import DBOS, SetWorkflowID
         from dbos._dbos import _get_dbos_instance
 
-        from deskhand.dbos.engine.workflow import run_workflow
+        from deskhand.engine.workflow import run_workflow
 
         async def start_all() -> None:
             for wf_id in ids:
@@ -273,7 +273,7 @@ class Peers:
         of Deskhand's ``approval_decide`` alone (the start of its wake)."""
         from dbos import DBOS
 
-        from deskhand.dbos.client import workflow_steps
+        from deskhand.infra.dbos.client import workflow_steps
         from tests.devtools.load.world import owners
 
         out: dict[str, float | None] = {}
@@ -395,7 +395,7 @@ def crash_refunds(conninfo: dict[str, Any]) -> dict[str, int]:
 
 
 def crash_deskhand() -> int:
-    from deskhand.desk.models import Refund
+    from deskhand.domain.desk.models import Refund
     from tests.devtools.crash import CASES, Boundary, play, prepare_world
 
     case = CASES["nw1"]

@@ -30,7 +30,7 @@ FIGURES: list[tuple[str, tuple[str, ...], str]] = [
     (
         "agent_step_ms / _p95_ms",
         ("agent_step_ms", "agent_step_p95_ms"),
-        "One no-op step through `deskhand.dbos.engine.workflow.DBOSRuntime.step` inside an async workflow — the very path every agent step takes: the lease gate, a thread hop, Django's connection check, the checkpoint (median, p95).",
+        "One no-op step through `deskhand.engine.workflow.DBOSRuntime.step` inside an async workflow — the very path every agent step takes: the lease gate, a thread hop, Django's connection check, the checkpoint (median, p95).",
     ),
     (
         "step_overhead_ratio",

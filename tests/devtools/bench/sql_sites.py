@@ -20,7 +20,7 @@ from typing import Any
 
 _ROOT = str(Path(__file__).resolve().parents[3]) + "/"
 _OURS = ("agent/", "approvals/", "deskhand/")
-_PLUMBING = ("deskhand/desk/rows.py",)  # the statement-built-once reader: charge its caller
+_PLUMBING = ("deskhand/domain/desk/rows.py",)  # the statement-built-once reader: charge its caller
 
 
 def _site() -> str:

@@ -2,7 +2,7 @@
 
 Read only here, by the bench's own process before it launches its executor and by its worker
 processes (``tests.devtools.load.worker``); the product reads no such flag. Each name is a
-module of ``deskhand/dbos/engine/workarounds/`` (or a part of one), switched off by replacing
+module of ``deskhand/engine/workarounds/`` (or a part of one), switched off by replacing
 the function the bootstrap or the worker calls with one that does nothing:
 
 * ``queue_kick`` — no kickable stop event, no LISTEN kicker: queues poll on their interval;
@@ -34,7 +34,7 @@ def switched_off() -> list[str]:
 
 def apply() -> list[str]:
     """Switch off what ``DESKHAND_BENCH_WITHOUT`` names in this process; the names."""
-    from deskhand.dbos.engine.workarounds import (
+    from deskhand.engine.workarounds import (
         internal_queue_poll,
         queue_kick,
         recv_recheck,

@@ -21,17 +21,17 @@ from django.contrib.auth import get_user_model
 from django.db import close_old_connections
 from django.utils import timezone
 
-from agent.consent.narrowing import approval_approve_with_changes
 from agent.models import TERMINAL_STATUSES, Run, RunStatus
+from agent.models.payloads import StepKind
 from agent.providers import install_override
 from agent.providers.base import ModelReply, Provider
 from agent.providers.policy import PolicyProvider
-from agent.run.payloads import StepKind
+from agent.record.steplog import log_step
 from agent.run.services import run_create, run_enqueue
-from agent.run.steplog import log_step
+from agent.tools.narrowing import approval_approve_with_changes
 from approvals.models import Approval, ApprovalStatus
 from approvals.services import approval_decide
-from deskhand.desk.models import Membership, Merchant, Order, Refund, Ticket
+from deskhand.domain.desk.models import Membership, Merchant, Order, Refund, Ticket
 from tests.devtools.evals.trajectory import Trajectory
 from tests.support.workflows import until_settled
 

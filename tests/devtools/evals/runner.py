@@ -23,12 +23,12 @@ from django.core.management import call_command
 from django.db import close_old_connections, connections
 from django.db.models import Sum
 
-from agent.ledger.models import LedgerEntry
 from agent.models import OPEN_STATUSES, TERMINAL_STATUSES, Run, Step
+from agent.models.ledger import LedgerEntry
+from agent.models.payloads import StepKind
 from agent.providers import clear_overrides
-from agent.run import faults
-from agent.run.payloads import StepKind
-from deskhand.desk.models import Order, OutboundEmail, Refund
+from agent.record import faults
+from deskhand.domain.desk.models import Order, OutboundEmail, Refund
 from tests.devtools.evals.harness import EvalFailure, Harness
 from tests.devtools.evals.scenarios import Scenario
 from tests.devtools.evals.trajectory import consent_problem
@@ -51,8 +51,8 @@ class InProcessExecutor:
         self.running = False
 
     def start(self) -> None:
-        from deskhand.dbos.engine.bootstrap import launch_executor
-        from deskhand.dbos.engine.queues import register_queues
+        from deskhand.engine.bootstrap import launch_executor
+        from deskhand.engine.queues import register_queues
 
         launch_executor(  # the evals' own executor: no worker runs beside it
             self.executor_id,
@@ -214,7 +214,7 @@ def scratch_database(prefix: str = "deskhand_evals") -> Iterator[str]:
         call_command("migrate", verbosity=0, interactive=False)
         yield name
     finally:
-        from deskhand.dbos.client import close_clients
+        from deskhand.infra.dbos.client import close_clients
 
         with contextlib.suppress(Exception):
             close_clients()

@@ -19,15 +19,14 @@ import dataclasses
 import json
 from typing import Any
 
-from agent.consent.narrowing import NarrowingRefused, narrowed_arguments
 from agent.conversation.fence import closer, opener, token_for
-from agent.ledger.models import LedgerEntry
-from agent.models import Run, Step
-from agent.run import payloads
-from agent.run.payloads import StepKind
+from agent.models import Run, Step, payloads
+from agent.models.ledger import LedgerEntry
+from agent.models.payloads import StepKind
+from agent.tools.narrowing import NarrowingRefused, narrowed_arguments
 from agent.tools.registry import args_hash, canonical_json
 from approvals.models import Approval
-from deskhand.desk.models import Order, OutboundEmail, Refund
+from deskhand.domain.desk.models import Order, OutboundEmail, Refund
 
 # Words to the customer on the thread (agent.tools.irreversible): not a remedy under test.
 CUSTOMER_REPLIES = ("reply_to_customer", "ask_customer")

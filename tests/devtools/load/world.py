@@ -95,7 +95,7 @@ class LoadProvider:
 
 def load_world(n: int, start: int = 1, prefix: str = PREFIX) -> list[Any]:
     """``n`` more load tickets (numbered from ``start``), round-robin over the merchants."""
-    from deskhand.desk.models import Customer, Merchant, Order, Ticket
+    from deskhand.domain.desk.models import Customer, Merchant, Order, Ticket
 
     now = timezone.now()
     merchants = list(Merchant.objects.order_by("pk"))
@@ -139,7 +139,7 @@ def _ask_merchant(k: int) -> Any:
     from django.contrib.auth.models import User
 
     from approvals.models import ApprovalPolicy
-    from deskhand.desk.models import Customer, Membership, Merchant, Role, SupportAddress
+    from deskhand.domain.desk.models import Customer, Membership, Merchant, Role, SupportAddress
 
     slug = f"bench-ask-{k}"
     merchant = Merchant.objects.filter(slug=slug).first()
@@ -167,8 +167,8 @@ def _ask_merchant(k: int) -> Any:
 def ask_world(n: int, start: int = 1) -> list[Any]:
     """``n`` more ``ASK-`` tickets, each opened by a customer's message (the question is a
     reply on its thread: without a customer line there is nothing to reply to)."""
-    from deskhand.desk.models import MessageChannel, Ticket
-    from deskhand.desk.thread import thread_customer_message_add
+    from deskhand.domain.desk.models import MessageChannel, Ticket
+    from deskhand.domain.desk.thread import thread_customer_message_add
 
     tickets, merchants = [], {}
     for i in range(start, start + n):
@@ -200,8 +200,8 @@ def ask_world(n: int, start: int = 1) -> list[Any]:
 def customer_answer(ticket: Any) -> Any:
     """The customer's answer on the ticket's thread, stored as mail stores it; once committed
     it wakes the run waiting on it (``agent.customer.route``)."""
-    from deskhand.desk.models import MessageChannel
-    from deskhand.desk.thread import thread_customer_message_add
+    from deskhand.domain.desk.models import MessageChannel
+    from deskhand.domain.desk.thread import thread_customer_message_add
 
     return thread_customer_message_add(
         ticket=ticket,
@@ -215,7 +215,7 @@ def customer_answer(ticket: Any) -> Any:
 
 def owners() -> dict[int, Any]:
     """Each merchant's owner (who decides in the load tests and chaos), by merchant id."""
-    from deskhand.desk.models import Membership
+    from deskhand.domain.desk.models import Membership
 
     return {
         m.merchant_id: m.user

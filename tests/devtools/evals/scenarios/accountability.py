@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from django.db import connection
 
-from agent.ledger.models import LedgerEntry
-from agent.run import payloads
+from agent.models import payloads
+from agent.models.ledger import LedgerEntry
 from agent.run.services import run_cancel
 from approvals.models import AuditEvent
 from tests.devtools.evals.harness import APPROVE, LEAVE, Harness, deny, expect, expect_eq

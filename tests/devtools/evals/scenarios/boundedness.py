@@ -18,7 +18,7 @@ from agent.models import Run
 from agent.providers.policy import PolicyProvider
 from agent.providers.scripted import ScriptedProvider, call, say
 from agent.run.bounds import day_start
-from deskhand.desk.models import Refund
+from deskhand.domain.desk.models import Refund
 from tests.devtools.evals.harness import APPROVE, LEAVE, Harness, deny, expect, expect_eq
 from tests.devtools.evals.scenarios import scenario
 from tests.devtools.evals.trajectory import Trajectory

@@ -11,11 +11,11 @@ from django.db import connection
 from agent.consent.policy import policy_save
 from agent.providers.policy import PolicyProvider
 from agent.providers.scripted import ScriptedProvider, call, say
-from agent.run.faults import Fault, injecting
+from agent.record.faults import Fault, injecting
 from agent.run.services import run_cancel
 from agent.tools import args_hash
 from approvals.services import DecisionRefused, approval_decide
-from deskhand.desk.permissions import NotAllowed
+from deskhand.domain.desk.permissions import NotAllowed
 from tests.devtools.evals.harness import (
     APPROVE,
     LEAVE,
@@ -236,7 +236,7 @@ def a_decision_is_made_once(h: Harness) -> None:
 
 @scenario("consent", "a message on the approval topic without a recorded decision executes nothing")
 def a_message_is_not_a_decision(h: Harness) -> None:
-    from deskhand.dbos.client import client
+    from deskhand.infra.dbos.client import client
 
     run = h.start("NW-1")
     h.drive(run, LEAVE)

@@ -8,11 +8,11 @@ SIGKILLed worker processes are the crash sweep's job (``manage.py crash_sweep``)
 from __future__ import annotations
 
 from agent.ledger.effect import execute_irreversible
-from agent.ledger.models import LedgerEntry
 from agent.models import Run, Step
+from agent.models.ledger import LedgerEntry
 from agent.providers.scripted import ScriptedProvider, call, say
-from agent.run import faults
-from deskhand.desk.models import Refund
+from agent.record import faults
+from deskhand.domain.desk.models import Refund
 from tests.devtools.evals.harness import APPROVE, LEAVE, Harness, deny, expect, expect_eq
 from tests.devtools.evals.scenarios import scenario
 from tests.devtools.evals.scenarios.consent import NW1_PATH

@@ -5,7 +5,7 @@ from __future__ import annotations
 from agent.conversation.fence import closer, opener, token_for
 from agent.models import Run
 from agent.providers.scripted import ScriptedProvider, call, say
-from agent.run.faults import INJECTION_PAYLOAD, Fault, injecting
+from agent.record.faults import INJECTION_PAYLOAD, Fault, injecting
 from agent.run.services import run_cancel
 from agent.tools import REGISTRY, Risk
 from tests.devtools.doubles import ObedientProvider

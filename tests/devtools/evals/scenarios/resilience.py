@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from agent.ledger.models import LedgerEntry
-from agent.run.faults import Fault, injecting
-from deskhand.desk.models import Refund
+from agent.models.ledger import LedgerEntry
+from agent.record.faults import Fault, injecting
+from deskhand.domain.desk.models import Refund
 from tests.devtools.evals.harness import APPROVE, Harness, expect, expect_eq
 from tests.devtools.evals.scenarios import scenario
 

@@ -32,7 +32,7 @@ from django.conf import settings
 from django.core.management import call_command
 from django.db import connections
 
-from deskhand.cli import DeskhandCommand, UsageError
+from deskhand.domain.cli import DeskhandCommand, UsageError
 from tests.devtools.bench.probes import BENCH_APP, Progress, machine
 
 QUICK: dict[str, Any] = {
@@ -196,8 +196,8 @@ class Command(DeskhandCommand):
         # A line per stored customer message (``--customers`` stores thousands).
         logging.getLogger("agent.customer.route").setLevel(logging.WARNING)
         base = connections["default"].settings_dict
-        if base["ENGINE"] == "deskhand.embedded_db":
-            from deskhand import embedded_pg
+        if base["ENGINE"] == "deskhand.infra.embedded_db":
+            from deskhand.infra import embedded_pg
 
             embedded_pg.ensure_running()
         self.server: dict[str, Any] = {
@@ -273,7 +273,7 @@ class Command(DeskhandCommand):
             yield
         finally:
             from agent.providers import clear_overrides
-            from deskhand.dbos.client import close_clients
+            from deskhand.infra.dbos.client import close_clients
 
             clear_overrides()
             self._stop_executor()
@@ -291,7 +291,7 @@ class Command(DeskhandCommand):
 
     def _stop_executor(self) -> None:
         if self.launched:
-            from deskhand.dbos.engine.bootstrap import stop_executor
+            from deskhand.engine.bootstrap import stop_executor
 
             logging.getLogger("dbos").setLevel(logging.CRITICAL)
             stop_executor(workflow_completion_timeout_sec=0)
@@ -304,9 +304,9 @@ class Command(DeskhandCommand):
         from importlib.metadata import version
 
         from agent.providers import install_override
-        from deskhand.dbos.engine.bootstrap import launch_executor
-        from deskhand.fleet.lease import Lease
-        from deskhand.fleet.lease import install as install_lease
+        from deskhand.engine.bootstrap import launch_executor
+        from deskhand.infra.fleet.lease import Lease
+        from deskhand.infra.fleet.lease import install as install_lease
         from tests.devtools.bench.fleet import Fleet, ParkingCrew
         from tests.devtools.bench.inproc import InProcess, register_workflows
         from tests.devtools.bench.model_calls import measure as measure_model_calls

@@ -15,7 +15,7 @@ import logging
 import time
 from typing import Any
 
-from deskhand.cli import DeskhandCommand, UsageError
+from deskhand.domain.cli import DeskhandCommand, UsageError
 from tests.devtools.chaos import Chaos, Cluster, check, point_django_at, restore_django
 
 
@@ -61,7 +61,7 @@ class Command(DeskhandCommand):
             result = check(chaos.all_runs())
         finally:
             chaos.close()
-            from deskhand.dbos.client import close_clients
+            from deskhand.infra.dbos.client import close_clients
 
             close_clients()
             restore_django(saved)

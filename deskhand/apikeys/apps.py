@@ -1,8 +1,0 @@
-from django.apps import AppConfig
-
-
-class ApiKeysConfig(AppConfig):
-    name = "deskhand.apikeys"
-    label = "apikeys"
-    verbose_name = "API keys"
-    default_auto_field = "django.db.models.BigAutoField"
