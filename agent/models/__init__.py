@@ -1,9 +1,11 @@
-"""Runs and their step log; the ledger, findings and redactions registered beside them.
+"""Every model of the agent app: runs and their step log here, what a step row holds
+(``payloads``), the ledger (``ledger``), reconciliation findings (``effects``) and
+redactions (``privacy``), imported at the bottom so Django registers them.
 
 The step log is the audit trail *and* the live feed: the console reads the same rows an
-auditor does. The app's other models live with the code that owns them — the ledger in
-``agent.models.ledger``, reconciliation findings in ``agent.models.effects``, redactions
-in ``agent.models.privacy`` — and are imported at the bottom so Django registers them.
+auditor does. One package for the app's rows, below every other part of ``agent``, so the
+code that owns a model (the ledger, privacy, effects) imports it and it imports none of
+them back: the models import nothing of ``agent`` outside this package.
 """
 
 from __future__ import annotations

@@ -11,8 +11,12 @@ imports ``tests``. ``lint-imports`` runs them in ``make check``; this file runs 
   bootstrap once hid);
 * no import circle anywhere in the product, *counting imports inside functions and under
   ``if TYPE_CHECKING``* — a function-level import is how a circle is usually hidden, and a
-  type-only import is a circle the type checker still has to untangle. ``DEFERRED``
-  lists the imports allowed to close a circle, each with why it waits.
+    type-only import is a circle the type checker still has to untangle. ``DEFERRED``
+  lists the imports allowed to close a circle, each with why it waits;
+* no two sub-packages import each other, at any depth (``agent.ledger`` and ``agent.run``,
+  ``deskhand.web.api`` and ``deskhand.web.console``), counted the same way: a module's
+  folder names its layer only if the folders themselves never go round in a circle.
+  ``SIBLINGS_EXEMPT`` would name a pair allowed to, with why; it is empty.
 """
 
 from __future__ import annotations
@@ -190,6 +194,55 @@ def test_every_deferred_import_still_closes_a_circle():
         assert any(importer in g and imported in g for g in circles(graph)), (
             f"{importer} -> {imported} closes no circle any more: drop it from DEFERRED"
         )
+
+
+# (package, package): sub-packages allowed to import each other, each with why. Empty: no two
+# sub-packages of the product import each other, at any depth (docs/architecture.md).
+SIBLINGS_EXEMPT: dict[tuple[str, str], str] = {}
+
+
+def sibling_graph(
+    graph: dict[str, dict[str, tuple[int, bool]]],
+) -> dict[str, dict[str, tuple[str, str, int, bool]]]:
+    """Each import as one between the two children of the innermost package holding both
+    ends: ``agent.ledger.effect -> agent.record.steplog`` counts as ``agent.ledger ->
+    agent.record``, ``deskhand.web.api.core -> deskhand.web.console.selectors`` as
+    ``deskhand.web.api -> deskhand.web.console``. A package importing its own modules (or a
+    module its own package) is inside one room; imports between ``agent``, ``approvals`` and
+    ``deskhand`` are the layers contract's to judge."""
+    out: dict[str, dict[str, tuple[str, str, int, bool]]] = defaultdict(dict)
+    for a, targets in graph.items():
+        for b, (line, inside) in targets.items():
+            pa, pb = a.split("."), b.split(".")
+            i = 0
+            while i < min(len(pa), len(pb)) and pa[i] == pb[i]:
+                i += 1
+            if i == 0 or i >= len(pa) or i >= len(pb):
+                continue
+            out[".".join(pa[: i + 1])].setdefault(".".join(pb[: i + 1]), (a, b, line, inside))
+    return out
+
+
+def test_no_two_sub_packages_import_each_other_even_through_imports_inside_functions():
+    siblings = sibling_graph(import_graph())
+    for importer, imported in SIBLINGS_EXEMPT:
+        siblings[importer].pop(imported, None)
+    described = []
+    for group in circles(siblings):  # type: ignore[arg-type]
+        edges = []
+        for a in group:
+            for b, (src, dst, line, inside) in sorted(siblings[a].items()):
+                if b in group:
+                    where = ", inside a function" if inside else ""
+                    edges.append(f"{a} -> {b} (first: {src} -> {dst}, line {line}{where})")
+        described.append("\n    ".join(edges))
+    assert not described, "sub-packages that import each other:\n  " + "\n  ".join(described)
+
+
+def test_every_exempt_pair_of_sub_packages_still_imports_each_other():
+    siblings = sibling_graph(import_graph())
+    stale = [pair for pair in SIBLINGS_EXEMPT if pair[1] not in siblings.get(pair[0], {})]
+    assert not stale, f"SIBLINGS_EXEMPT names pairs that no longer import: {stale}"
 
 
 def test_the_circle_finder_sees_a_circle_closed_inside_a_function():

@@ -1,11 +1,5 @@
-"""DBOS, in one package: the only one that imports ``dbos``. Two layers, one above the apps, one below.
-
-- ``client`` and ``names`` are the lower layer, below ``agent`` and ``approvals``: what web,
-  CLI and the reconciler say to DBOS (enqueue, send, cancel, fork, inspect) and the names
-  DBOS persists. They import no app.
-- ``engine`` is the upper layer, above every app: the workflows and schedules a worker
-  runs, the bootstrap that launches DBOS, its queues, recovery and the workarounds of DBOS internals we
-  rely on. It imports the apps' step functions; no app imports it.
-
-``pyproject.toml``'s import contracts hold both rules (docs/architecture.md).
+"""DBOS's lower half, below every app: ``client`` (what web, CLI and the reconciler say to
+DBOS: enqueue, send, cancel, fork, inspect) and ``names`` (every name DBOS persists). They
+import no app. The upper half, which runs the apps' step functions, is the engine
+(``deskhand.engine``); only these two packages import ``dbos`` (docs/architecture.md).
 """

@@ -2,7 +2,7 @@
 
 Web and CLI processes never launch an executor: they enqueue, cancel, fork and send
 through a ``DBOSClient`` on the Django database, and ask DBOS's tables the questions the
-reconciler and health need. This is the lower of ``deskhand.infra.dbos``'s two layers: apps
+reconciler and health need. This is DBOS's lower half (``deskhand.infra.dbos``): apps
 (``agent``, ``approvals``) import it; it imports no app and not the engine above it,
 which runs workflows in a worker (``deskhand.engine``) and shares the URL rules here.
 
