@@ -66,7 +66,7 @@ def test_every_point_has_a_call_site_a_docstring_and_a_schedule_or_test_that_kil
         call.args[0].attr for _, call in _hook_calls() if isinstance(call.args[0], ast.Attribute)
     }
     assert named == set(Point.__members__)
-    source = (ROOT / "deskhand" / "crashpoints.py").read_text()
+    source = (ROOT / "deskhand" / "infra" / "crashpoints.py").read_text()
     for point in Point:
         assert re.search(rf'{point.name} = "{point.value}"\n    """', source), (
             f"{point.name} needs a docstring: the boundary it marks, the schedules that use it"
