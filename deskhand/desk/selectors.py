@@ -15,6 +15,7 @@ from django.db import connection
 from django.db.models import Q, QuerySet, Sum
 from django.db.models.functions import Coalesce
 
+from deskhand.desk.knowledge import kb_ranked
 from deskhand.desk.models import (
     Customer,
     KbArticle,
@@ -160,20 +161,18 @@ def kb_query_words(query: str) -> list[str]:
     return _WORD.findall(query.lower())
 
 
-_KB_MATCH = "to_tsquery('english'::regconfig, %s)"
-
-
 def kb_search(*, merchant_id: int, query: str, limit: int = KB_RESULT_LIMIT) -> list[KbArticle]:
-    """The merchant's articles matching any word of ``query``, best match first (``ts_rank``
-    over the stored vector, then the slug: the order a tie keeps from search to search)."""
+    """The merchant's published articles matching any word of ``query``, best match first
+    (BM25F: ``knowledge.kb_ranked``; ties in slug order, so a search repeats itself)."""
     words = kb_query_words(query)
     if not words:
         return []
-    tsquery = " | ".join(words)
+    ids = kb_ranked(merchant_id=merchant_id, words=words, limit=limit)
+    if not ids:
+        return []
     return rows_where(
         KbArticle,
-        f't0."merchant_id" = %s AND t0."published" AND t0."search" @@ {_KB_MATCH}',
-        (merchant_id, tsquery, tsquery),
-        order_by=f'ts_rank(t0."search", {_KB_MATCH}) DESC, t0."slug"',
-        limit=limit,
+        't0."merchant_id" = %s AND t0."published" AND t0."id"::bigint = ANY(%s::bigint[])',
+        (merchant_id, ids, ids),
+        order_by='array_position(%s::bigint[], t0."id"::bigint)',
     )
