@@ -370,11 +370,12 @@ def kb_ranked(*, merchant_id: int, words: list[str], limit: int) -> list[int]:
     """The ids of the merchant's published articles holding any of ``words``, best first.
 
     BM25F over the stored vector (title weight A, body weight B, english stemming and
-    stopwords): each query word counts by its rarity among the merchant's articles (IDF),
-    so "machine", in half the articles, weighs less than "descale", in two; repeats of a
-    word saturate (``BM25_K1``); a match in a short title or body counts more than one in a
-    long one (``BM25_B``, per field, the average taken over the matching articles, which
-    keeps the query on the GIN index); a title match counts ``BM25_TITLE`` body matches.
+    stopwords). Each query word counts by its rarity among the merchant's articles (IDF), so
+    "machine", in a third of a coffee shop's articles, weighs less than "descale", in a few.
+    Repeats of a word saturate (``BM25_K1``). A match in a short title or body counts more
+    than one in a long one (``BM25_B``, per field; the average length is taken over the
+    matching articles, which keeps the query on the GIN index). A title match counts
+    ``BM25_TITLE`` body matches.
     Postgres's own ``ts_rank`` has neither IDF nor per-field length, and measured worse
     (``manage.py kb_quality``). Ties keep the slug order, so a search repeats itself.
     ``words`` are letters and digits only (``kb_query_words``): the OR query is safe.
