@@ -11,11 +11,11 @@ import datetime as dt
 import re
 from typing import Any
 
-from django.contrib.postgres.search import SearchQuery, SearchRank
 from django.db import connection
-from django.db.models import F, Q, QuerySet, Sum
+from django.db.models import Q, QuerySet, Sum
 from django.db.models.functions import Coalesce
 
+from deskhand.domain.desk.knowledge import kb_ranked
 from deskhand.domain.desk.models import (
     Customer,
     KbArticle,
@@ -167,14 +167,13 @@ def kb_query_words(query: str) -> list[str]:
 
 
 def kb_search(*, merchant_id: int, query: str, limit: int = KB_RESULT_LIMIT) -> list[KbArticle]:
-    """The merchant's articles matching any word of ``query``, best match first (``ts_rank``
-    over the stored vector, then the slug: the order a tie keeps from search to search)."""
+    """The merchant's published articles matching any word of ``query``, best match first
+    (BM25F: ``knowledge.kb_ranked``; ties in slug order, so a search repeats itself)."""
     words = kb_query_words(query)
     if not words:
         return []
-    tsquery = SearchQuery(" | ".join(words), search_type="raw", config="english")
-    return list(
-        KbArticle.objects.filter(merchant_id=merchant_id, published=True, search=tsquery)
-        .annotate(rank=SearchRank(F("search"), tsquery))
-        .order_by("-rank", "slug")[:limit]
-    )
+    ids = kb_ranked(merchant_id=merchant_id, words=words, limit=limit)
+    if not ids:
+        return []
+    found = KbArticle.objects.filter(merchant_id=merchant_id, published=True).in_bulk(ids)
+    return [found[pk] for pk in ids if pk in found]
