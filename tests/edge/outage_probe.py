@@ -38,6 +38,8 @@ COMMANDS = [
     ["move_runs", "--from", "deskhand-0.0.1"],
     ["webhook", "northwind", "--as", OWNER, "--off"],
     ["deactivate_user", "viewer@northwind.test"],
+    ["merchant", "create", "--name", "Harbor", "--slug", "harbor", "--owner", "o@harbor.test"],
+    ["merchant", "limits", "northwind", "--retention-days", "30", "--json"],
     ["provider_check"],  # needs no database: it still ends in one sentence (no key here)
 ]
 

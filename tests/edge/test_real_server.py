@@ -175,6 +175,14 @@ def fill(t: Template, w: World) -> str:
         return t.fill(["console.css"])
     if head == "merchant/keys/":
         return t.fill(["nosuchkey"])
+    if head == "accounts/password/reset/":
+        return t.fill(["x", "y"])  # a reset link that is not one
+    if head == "invitations/":
+        return t.fill(["nosuchtoken"])
+    if head in ("merchant/team/invitations/", "merchant/team/members/", "merchant/addresses/"):
+        return t.fill(["0"])
+    if head == "knowledge/":
+        return t.fill(["no-such-article", "1"][: len(t.converters)])
     if head.startswith("api/v1/"):
         ids = {
             "api/v1/tickets/": "NW-1",
@@ -338,6 +346,40 @@ TABLE: dict[str, dict[str, str]] = {
         "POST": "L 403 403 400 400 403",
     },
     "/merchant/keys/nosuchkey/revoke": {"POST": "L 403 403 404 404 403"},
+    # A merchant of one's own (docs/merchants.md): every member reads settings, the team,
+    # addresses and knowledge; an owner changes settings, the team and addresses (an empty
+    # form is 400), owners and agents write knowledge; nothing of another merchant is found.
+    "/merchant/settings/": {"GET": PAGE, "HEAD": PAGE, "POST": "L 403 403 400 400 403"},
+    "/merchant/team/": {"GET": PAGE, "HEAD": PAGE, "POST": "L 403 403 400 400 403"},
+    "/merchant/team/invitations/0/resend": {"POST": "L 403 403 404 404 403"},
+    "/merchant/team/invitations/0/revoke": {"POST": "L 403 403 404 404 403"},
+    "/merchant/team/members/0/role": {"POST": "L 403 403 404 404 403"},
+    "/merchant/team/members/0/remove": {"POST": "L 403 403 404 404 403"},
+    "/merchant/switch": {"POST": "L 404 404 404 404 404"},
+    "/merchant/addresses/": {"GET": PAGE, "HEAD": PAGE, "POST": "L 403 403 400 400 403"},
+    "/merchant/addresses/0/check": {"POST": "L 403 403 404 404 403"},
+    "/merchant/addresses/0/primary": {"POST": "L 403 403 404 404 403"},
+    "/merchant/addresses/0/remove": {"POST": "L 403 403 404 404 403"},
+    "/knowledge/": {"GET": PAGE, "HEAD": PAGE, "POST": "L 403 400 400 400 403"},
+    "/knowledge/no-such-article/": {
+        "GET": "L 404 404 404 404 A",
+        "HEAD": "L 404 404 404 404 A",
+        "POST": "L 404 404 404 404 403",
+    },
+    "/knowledge/no-such-article/v1/": {
+        "GET": "L 404 404 404 404 A",
+        "HEAD": "L 404 404 404 404 A",
+    },
+    # An invitation's link is public; one that is not valid is 404 with its reason.
+    "/invitations/nosuchtoken/": {m: "404 404 404 404 404 404" for m in ("GET", "HEAD", "POST")},
+    # Passwords: changing one's own needs a sign-in (an empty form is shown again, 200);
+    # a reset is asked for by anyone and answers the same whether the address exists.
+    "/accounts/password/": {m: "L 200 200 200 200 200" for m in ("GET", "HEAD", "POST")},
+    "/accounts/password/done/": {"GET": "L 200 200 200 200 200", "HEAD": "L 200 200 200 200 200"},
+    "/accounts/password/reset/": {m: EVERYONE_200 for m in ("GET", "HEAD", "POST")},
+    "/accounts/password/reset/sent/": {"GET": EVERYONE_200, "HEAD": EVERYONE_200},
+    "/accounts/password/reset/x/y/": {m: EVERYONE_200 for m in ("GET", "HEAD", "POST")},
+    "/accounts/password/reset/done/": {"GET": EVERYONE_200, "HEAD": EVERYONE_200},
     # Inbound mail's webhook takes signed posts only, from anyone; with no signing key
     # configured (as here) it says it is not set up.
     "/inbound/mailgun/": {"POST": "404 404 404 404 404 404"},

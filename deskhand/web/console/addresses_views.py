@@ -74,14 +74,14 @@ def addresses(request: ConsoleRequest) -> HttpResponse:
     return _page(request, 201, done=f"{added.address} is added; its routing check is on its way.")
 
 
-def _address(request: ConsoleRequest, pk: str) -> SupportAddress | None:
+def _address(request: ConsoleRequest, pk: int) -> SupportAddress | None:
     return SupportAddress.objects.filter(merchant_id=request.membership.merchant_id, pk=pk).first()
 
 
 @require_POST
 @login_required
 @merchant_member
-def address_action(request: ConsoleRequest, pk: str, action: str) -> HttpResponse:
+def address_action(request: ConsoleRequest, pk: int, action: str) -> HttpResponse:
     require_owner(request.user, request.membership.merchant_id, "change support addresses")
     address = _address(request, pk)
     if address is None:
@@ -93,7 +93,7 @@ def address_action(request: ConsoleRequest, pk: str, action: str) -> HttpRespons
         elif action == "primary":
             address_make_primary(address=address, by=request.user)
             done = f"Replies now come from {address.address}."
-        else:  # "remove": the URL allows no other action
+        else:  # "remove": the URLs name no other action
             address_remove(address=address, by=request.user)
             done = f"{address.address} is removed: mail to it is refused from now on."
     except AddressRefused as exc:

@@ -28,7 +28,7 @@ from django.urls import reverse, reverse_lazy
 from django.utils import timezone
 from django.utils.encoding import force_bytes
 from django.utils.http import urlsafe_base64_encode
-from django.views.decorators.http import require_http_methods
+from django.views.decorators.http import require_http_methods, require_safe
 
 from approvals.notification_models import Notification, NotificationEvent, Transport
 
@@ -80,12 +80,14 @@ password_reset = FORMS(
         success_url=reverse_lazy("password_reset_done"),
     )
 )
-password_reset_done = PasswordResetDoneView.as_view(
-    template_name="registration/password_message.html",
-    extra_context={
-        "message": "If an account has that address, a link to reset its password"
-        " is on its way. It works once."
-    },
+password_reset_done = require_safe(
+    PasswordResetDoneView.as_view(
+        template_name="registration/password_message.html",
+        extra_context={
+            "message": "If an account has that address, a link to reset its password"
+            " is on its way. It works once."
+        },
+    )
 )
 password_reset_confirm = FORMS(
     PasswordResetConfirmView.as_view(
@@ -93,9 +95,11 @@ password_reset_confirm = FORMS(
         success_url=reverse_lazy("password_reset_complete"),
     )
 )
-password_reset_complete = PasswordResetCompleteView.as_view(
-    template_name="registration/password_message.html",
-    extra_context={"message": "Your password is set: sign in with it."},
+password_reset_complete = require_safe(
+    PasswordResetCompleteView.as_view(
+        template_name="registration/password_message.html",
+        extra_context={"message": "Your password is set: sign in with it."},
+    )
 )
 password_change = FORMS(
     PasswordChangeView.as_view(
@@ -103,7 +107,9 @@ password_change = FORMS(
         success_url=reverse_lazy("password_change_done"),
     )
 )
-password_change_done = PasswordChangeDoneView.as_view(
-    template_name="registration/password_message.html",
-    extra_context={"message": "Your password is changed."},
+password_change_done = require_safe(
+    PasswordChangeDoneView.as_view(
+        template_name="registration/password_message.html",
+        extra_context={"message": "Your password is changed."},
+    )
 )

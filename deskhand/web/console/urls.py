@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from django.urls import path, re_path
+from django.urls import path
 
 from deskhand.web.console import (
     addresses_views,
@@ -54,10 +54,14 @@ urlpatterns = [
     path("merchant/keys/<str:prefix>/revoke", keys_views.key_revoke_view, name="key_revoke"),
     path("merchant/settings/", settings_views.merchant_settings, name="settings"),
     path("merchant/addresses/", addresses_views.addresses, name="addresses"),
-    re_path(
-        r"^merchant/addresses/(?P<pk>[0-9]+)/(?P<action>check|primary|remove)$",
-        addresses_views.address_action,
-        name="address_action",
+    *(
+        path(
+            f"merchant/addresses/<int:pk>/{action}",
+            addresses_views.address_action,
+            {"action": action},
+            name=f"address_{action}",
+        )
+        for action in ("check", "primary", "remove")
     ),
     path("merchant/team/", team_views.team, name="team"),
     path("knowledge/", knowledge_views.knowledge, name="knowledge"),
