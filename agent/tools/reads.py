@@ -170,7 +170,11 @@ def search_kb(ctx: ToolContext, args: dict[str, Any]) -> ToolOutcome:
     return outcome(
         {
             "query": query,
-            "results": [{"slug": a.slug, "title": a.title, "body": a.body} for a in articles],
+            # The version read is in the step's record: a replay names exactly what was quoted.
+            "results": [
+                {"slug": a.slug, "version": a.version, "title": a.title, "body": a.body}
+                for a in articles
+            ],
         }
     )
 

@@ -34,8 +34,25 @@ def test_search_kb_finds_the_refund_policy(nw1):
     assert out["results"][0]["slug"] == "refund-policy"
     assert out["results"][0]["title"] == "Refund policy"
     assert "14 days after delivery" in out["results"][0]["body"]
-    assert set(out["results"][0]) == {"slug", "title", "body"}
+    assert set(out["results"][0]) == {"slug", "version", "title", "body"}
     assert len(out["results"]) <= 5
+
+
+def test_search_kb_records_the_version_it_read_so_a_replay_names_what_was_quoted(nw1):
+    from deskhand.domain.desk.knowledge import Draft, article_save
+    from deskhand.domain.desk.models import KbArticle
+
+    article = KbArticle.objects.get(merchant__slug="northwind", slug="refund-policy")
+    article_save(
+        merchant=article.merchant,
+        draft=Draft(article.title, article.body + "\n\nStale beans: 30 days.", "markdown"),
+        by_name="owner@northwind.test",
+        article=article,
+    )
+    out = result(call(nw1, "search_kb", {"query": "refund window stale beans"}))
+    first = out["results"][0]
+    assert (first["slug"], first["version"]) == ("refund-policy", 2)
+    assert "30 days" in first["body"]
 
 
 def test_search_kb_never_returns_another_merchants_articles(nw1, lu2):
