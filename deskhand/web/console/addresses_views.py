@@ -25,12 +25,7 @@ from approvals.support_addresses import (
 )
 from deskhand.domain.desk.models import SupportAddress
 from deskhand.domain.desk.permissions import require_owner
-from deskhand.web.console.decorators import ConsoleRequest, merchant_member, refuse
-
-
-def _sentence(exc: Exception) -> str:
-    text = str(exc)
-    return f"{text[:1].upper()}{text[1:]}"
+from deskhand.web.console.decorators import ConsoleRequest, merchant_member, refuse, sentence_of
 
 
 def _page(request: ConsoleRequest, status: int = 200, **extra: Any) -> HttpResponse:
@@ -70,7 +65,7 @@ def addresses(request: ConsoleRequest) -> HttpResponse:
             by=request.user,
         )
     except AddressRefused as exc:
-        return _page(request, 400, error=_sentence(exc))
+        return _page(request, 400, error=sentence_of(exc))
     return _page(request, 201, done=f"{added.address} is added; its routing check is on its way.")
 
 
@@ -97,5 +92,5 @@ def address_action(request: ConsoleRequest, pk: int, action: str) -> HttpRespons
             address_remove(address=address, by=request.user)
             done = f"{address.address} is removed: mail to it is refused from now on."
     except AddressRefused as exc:
-        return _page(request, 409, error=_sentence(exc))
+        return _page(request, 409, error=sentence_of(exc))
     return _page(request, done=done)

@@ -48,6 +48,12 @@ def refuse(request: HttpRequest, status: int, message: str, title: str = "") -> 
     )
 
 
+def sentence_of(exc: Exception) -> str:
+    """A service's refusal as the page says it: its sentence, capitalised."""
+    text = str(exc)
+    return f"{text[:1].upper()}{text[1:]}"
+
+
 def current_membership(request: HttpRequest) -> Membership | None:
     """The membership the console works under: the one chosen this session, else the first."""
     user = request.user

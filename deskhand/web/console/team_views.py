@@ -36,12 +36,8 @@ from deskhand.web.console.decorators import (
     ConsoleRequest,
     merchant_member,
     refuse,
+    sentence_of,
 )
-
-
-def _sentence(exc: Exception) -> str:
-    text = str(exc)
-    return f"{text[:1].upper()}{text[1:]}"
 
 
 def _page(request: ConsoleRequest, status: int = 200, **extra: Any) -> HttpResponse:
@@ -82,7 +78,7 @@ def team(request: ConsoleRequest) -> HttpResponse:
             by=request.user,
         )
     except TeamRefused as exc:
-        return _page(request, 400, error=_sentence(exc))
+        return _page(request, 400, error=sentence_of(exc))
     return _page(request, 201, done=f"{invitation.email} is invited as {invitation.role}.")
 
 
@@ -93,38 +89,26 @@ def _invitation(request: ConsoleRequest, pk: int) -> Invitation | None:
 @require_POST
 @login_required
 @merchant_member
-def invitation_resend_view(request: ConsoleRequest, pk: int) -> HttpResponse:
-    require_owner(request.user, request.membership.merchant_id, "send invitations")
+def invitation_action(request: ConsoleRequest, pk: int, action: str) -> HttpResponse:
+    """``resend`` (a new link; the old one stops working) or ``revoke`` an invitation."""
+    require_owner(request.user, request.membership.merchant_id, "manage invitations")
     invitation = _invitation(request, pk)
     if invitation is None:
         return refuse(
             request, 404, "There is no such invitation, or it belongs to another merchant."
         )
     try:
-        invitation_resend(invitation=invitation, by=request.user)
+        if action == "resend":
+            invitation_resend(invitation=invitation, by=request.user)
+            done = (
+                f"The invitation to {invitation.email} is sent again: the old link no longer works."
+            )
+        else:  # "revoke": the URLs name no other action
+            invitation_revoke(invitation=invitation, by=request.user)
+            done = f"The invitation to {invitation.email} is withdrawn."
     except TeamRefused as exc:
-        return refuse(request, 409, _sentence(exc))
-    return _page(
-        request,
-        done=f"The invitation to {invitation.email} is sent again: the old link no longer works.",
-    )
-
-
-@require_POST
-@login_required
-@merchant_member
-def invitation_revoke_view(request: ConsoleRequest, pk: int) -> HttpResponse:
-    require_owner(request.user, request.membership.merchant_id, "withdraw invitations")
-    invitation = _invitation(request, pk)
-    if invitation is None:
-        return refuse(
-            request, 404, "There is no such invitation, or it belongs to another merchant."
-        )
-    try:
-        invitation_revoke(invitation=invitation, by=request.user)
-    except TeamRefused as exc:
-        return refuse(request, 409, _sentence(exc))
-    return _page(request, done=f"The invitation to {invitation.email} is withdrawn.")
+        return refuse(request, 409, sentence_of(exc))
+    return _page(request, done=done)
 
 
 def _member(request: ConsoleRequest, pk: int) -> Membership | None:
@@ -148,7 +132,7 @@ def member_role_view(request: ConsoleRequest, pk: int) -> HttpResponse:
             membership=member, role=request.POST.get("role", ""), by=request.user
         )
     except TeamRefused as exc:
-        return _page(request, 409, error=_sentence(exc))
+        return _page(request, 409, error=sentence_of(exc))
     return _page(
         request, done=f"{changed.user.email or changed.user} is now {changed.role_article}."
     )
@@ -165,7 +149,7 @@ def member_remove_view(request: ConsoleRequest, pk: int) -> HttpResponse:
     try:
         member_remove(membership=member, by=request.user)
     except TeamRefused as exc:
-        return _page(request, 409, error=_sentence(exc))
+        return _page(request, 409, error=sentence_of(exc))
     if member.user_id == request.user.pk:
         request.session.pop(SESSION_MERCHANT, None)
         return redirect("console:home")
@@ -194,7 +178,7 @@ def invitation(request: HttpRequest, token: str) -> HttpResponse:
     try:
         offer = invitation_for_token(token)
     except TeamRefused as exc:
-        return refuse(request, 404, _sentence(exc), title="Invitation not valid")
+        return refuse(request, 404, sentence_of(exc), title="Invitation not valid")
     user = request.user
     context: dict[str, Any] = {"invitation": offer, "next": request.get_full_path()}
     if user.is_authenticated:
@@ -220,7 +204,7 @@ def invitation(request: HttpRequest, token: str) -> HttpResponse:
         )
     except TeamRefused as exc:
         return render(
-            request, "console/invitation.html", {**context, "error": _sentence(exc)}, status=400
+            request, "console/invitation.html", {**context, "error": sentence_of(exc)}, status=400
         )
     if not user.is_authenticated:
         login(request, membership.user, backend="django.contrib.auth.backends.ModelBackend")

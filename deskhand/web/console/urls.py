@@ -71,15 +71,14 @@ urlpatterns = [
         knowledge_views.article_version,
         name="article_version",
     ),
-    path(
-        "merchant/team/invitations/<int:pk>/resend",
-        team_views.invitation_resend_view,
-        name="invitation_resend",
-    ),
-    path(
-        "merchant/team/invitations/<int:pk>/revoke",
-        team_views.invitation_revoke_view,
-        name="invitation_revoke",
+    *(
+        path(
+            f"merchant/team/invitations/<int:pk>/{action}",
+            team_views.invitation_action,
+            {"action": action},
+            name=f"invitation_{action}",
+        )
+        for action in ("resend", "revoke")
     ),
     path("merchant/team/members/<int:pk>/role", team_views.member_role_view, name="member_role"),
     path(
