@@ -120,7 +120,7 @@ def memory_runs(n: int, start: int) -> dict[str, Any]:
             out = await run_agent(rt)
             cpu.append(time.process_time() - c0)
             wall.append(time.perf_counter() - w0)
-            statuses.append(out["status"])
+            statuses.append(out.status)
 
     try:
         asyncio.run(all_runs())
