@@ -29,7 +29,8 @@ DATABASE_NAME = "deskhand"
 def data_dir() -> Path:
     """The project-local folder for the demo's database, secrets and logs."""
     base = os.environ.get("DESKHAND_DATA_DIR")
-    root = Path(base) if base else Path(__file__).resolve().parent.parent / ".deskhand"
+    # deskhand/infra/embedded_pg.py: the checkout's root is two folders up from this one.
+    root = Path(base) if base else Path(__file__).resolve().parents[2] / ".deskhand"
     root.mkdir(parents=True, exist_ok=True)
     return root
 

@@ -95,3 +95,12 @@ def test_the_first_connection_starts_it_whether_django_or_dbos_asks_first(fresh_
     )
     assert out == "1"
     assert pid_file.exists() and postgres_processes(fresh_data_dir)
+
+
+def test_the_demos_data_lives_in_the_checkouts_own_dot_deskhand_folder(monkeypatch):
+    """README: the embedded Postgres and the local secrets live under ``.deskhand/`` at the
+    checkout's root, wherever the module that knows it sits in the package tree."""
+    from deskhand.infra import embedded_pg
+
+    monkeypatch.delenv("DESKHAND_DATA_DIR", raising=False)
+    assert embedded_pg.data_dir() == ROOT / ".deskhand"
