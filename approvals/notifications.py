@@ -54,10 +54,18 @@ ACTIONS = {
 }
 
 
+def console_url(path: str) -> str:
+    """An absolute link for mail and webhooks, on the configured console address.
+
+    Never the request's Host header: a link in a password reset built from it could point
+    at whatever host a forged request named.
+    """
+    return settings.DESKHAND_CONSOLE_URL.rstrip("/") + path
+
+
 def approval_link(approval: Approval) -> str:
     """Where a person decides it: the console's inbox, at this approval's card."""
-    base = settings.DESKHAND_CONSOLE_URL.rstrip("/")
-    return f"{base}{reverse('console:approvals')}#approval-{approval.id}"
+    return console_url(f"{reverse('console:approvals')}#approval-{approval.id}")
 
 
 def active_webhook(merchant_id: int) -> WebhookEndpoint | None:
@@ -194,8 +202,7 @@ def notify_run_finished(run: Any) -> list[Notification]:
             "steps": run.steps,
             "cost_micros": run.cost_micros,
             "finished_at": run.finished_at.isoformat() if run.finished_at else None,
-            "url": settings.DESKHAND_CONSOLE_URL.rstrip("/")
-            + reverse("console:run", kwargs={"run_id": run.pk}),
+            "url": console_url(reverse("console:run", kwargs={"run_id": run.pk})),
         },
     }
     row = Notification(

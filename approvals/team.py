@@ -41,6 +41,7 @@ from django.utils import timezone
 from approvals.audit import audit_record
 from approvals.models import Channel, person_name
 from approvals.notification_models import Notification, NotificationEvent, Transport
+from approvals.notifications import console_url
 from deskhand.domain.desk.models import Invitation, Membership, Merchant, Role
 from deskhand.domain.desk.permissions import require_owner
 
@@ -158,7 +159,7 @@ def _issue(merchant: Merchant, address: str, role: str, *, by: Any, channel: str
 
 
 def invitation_link(token: str) -> str:
-    return settings.DESKHAND_CONSOLE_URL.rstrip("/") + reverse("invitation", args=[token])
+    return console_url(reverse("invitation", args=[token]))
 
 
 def _mail(invitation: Invitation, token: str) -> Notification:

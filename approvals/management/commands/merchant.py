@@ -14,7 +14,7 @@ import json
 from typing import Any
 
 from approvals.merchant_settings import limits_change
-from approvals.team import TeamRefused, invitation_link, merchant_create
+from approvals.team import TeamRefused, merchant_create
 from deskhand.domain.cli import CliError, DeskhandCommand
 from deskhand.domain.desk.models import MailAdapter, Merchant, RefundAdapter
 from deskhand.domain.desk.money import AmountRefused, parse_amount
@@ -67,7 +67,7 @@ class Command(DeskhandCommand):
             return
         self.stdout.write(
             f"{merchant.name} ({merchant.slug}) is created. {invitation.email} is invited as its"
-            f" owner: the worker mails the link (see {invitation_link('…').rsplit('/', 2)[0]}/…)."
+            " owner: a worker mails the link, which works once."
         )
 
     def _limits(self, opts: dict[str, Any]) -> None:

@@ -8,13 +8,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.conf import settings
 from django.contrib.auth.decorators import login_required
 from django.http import HttpResponse
 from django.shortcuts import render
+from django.urls import reverse
 from django.utils import timezone
 from django.views.decorators.http import require_http_methods, require_POST
 
+from approvals.notifications import console_url
 from approvals.support_addresses import (
     AddressRefused,
     address_add,
@@ -44,7 +45,7 @@ def _page(request: ConsoleRequest, status: int = 200, **extra: Any) -> HttpRespo
             "merchant": merchant,
             "rows": rows,
             "is_owner": request.membership.is_owner,
-            "webhook_url": settings.DESKHAND_CONSOLE_URL.rstrip("/") + "/inbound/mailgun/",
+            "webhook_url": console_url(reverse("mail:mailgun")),
             **extra,
         },
         status=status,

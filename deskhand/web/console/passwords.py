@@ -31,6 +31,7 @@ from django.utils.http import urlsafe_base64_encode
 from django.views.decorators.http import require_http_methods, require_safe
 
 from approvals.notification_models import Notification, NotificationEvent, Transport
+from approvals.notifications import console_url
 
 RESETS_PER_HOUR = 3
 FORMS = require_http_methods(["GET", "HEAD", "POST"])
@@ -39,9 +40,6 @@ FORMS = require_http_methods(["GET", "HEAD", "POST"])
 class OutboxPasswordResetForm(PasswordResetForm):
     def save(self, *args: Any, **kwargs: Any) -> None:
         """Write one outbox row per matching active account (Django's lookup), nothing else."""
-        request = kwargs.get("request")
-        base = f"{'https' if request and request.is_secure() else 'http'}://"
-        base += request.get_host() if request else "localhost"
         for user in self.get_users(self.cleaned_data["email"]):
             since = timezone.now() - dt.timedelta(hours=1)
             recent = Notification.objects.filter(
@@ -68,7 +66,7 @@ class OutboxPasswordResetForm(PasswordResetForm):
                     " few days:\n\n{secret}\n\nIf it was not you, ignore this message: your"
                     " password stays as it is.\n"
                 ),
-                payload={"secret": base + path},
+                payload={"secret": console_url(path)},
                 next_attempt_at=timezone.now(),
             )
 
