@@ -10,6 +10,8 @@ the idempotency ledger relies on Postgres row locks.
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import importlib.util
 import os
 import secrets
@@ -47,6 +49,15 @@ DEBUG = env_bool("DJANGO_DEBUG", False)
 SECRET_KEY = os.environ.get("SECRET_KEY") or _local_secret("secret_key")
 # Keys the per-run fence token that marks untrusted text for the model.
 FENCE_KEY = os.environ.get("DESKHAND_FENCE_KEY") or _local_secret("fence_key")
+# Fernet keys that seal merchants' credentials at rest (deskhand/infra/sealed.py):
+# comma-separated, the first seals, any opens (rotate: a new key first, then
+# `manage.py rotate_secrets`). Unset, one derived from a secret kept under .deskhand/ —
+# for the demo and the tests only; a deployment sets it.
+DESKHAND_SECRET_KEYS = os.environ.get("DESKHAND_SECRET_KEYS") or base64.urlsafe_b64encode(
+    hashlib.sha256(b"deskhand-sealing-key:" + _local_secret("sealing_key").encode()).digest()
+).decode()
+# Where Shopify's Admin API is reached instead of https://<shop>: the local double (tests, demo).
+DESKHAND_SHOPIFY_BASE_URL = os.environ.get("DESKHAND_SHOPIFY_BASE_URL", "")
 ALLOWED_HOSTS = [
     h
     for h in os.environ.get("ALLOWED_HOSTS", "localhost,127.0.0.1,[::1],testserver").split(",")
@@ -66,6 +77,7 @@ INSTALLED_APPS = [
     "deskhand.domain.desk",
     "deskhand.domain.mail",
     "deskhand.domain.apikeys",
+    "deskhand.domain.store",
     "approvals",
     "agent",
     "deskhand.web.console",

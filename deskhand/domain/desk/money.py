@@ -107,3 +107,46 @@ def parse_amount(text: str, currency: str = "USD") -> int:
             f"{shown!r} has more than two decimals: money is counted to the cent (like 12.50)."
         )
     return int(whole or "0") * 100 + int(fraction.ljust(2, "0") or "0")
+
+
+class AmountMalformed(ValueError):
+    """A platform's decimal string that is not an exact amount of its currency."""
+
+
+def minor_from_decimal(text: str, currency: str) -> int:
+    """A platform's decimal string (Shopify's ``"38.00"``, ``"4000"``, ``"1.250"``) as integer
+    minor units of ``currency`` (ISO 4217's exponent, ``MINOR_DIGITS``): USD ``"38.5"`` ->
+    ``3850``, JPY ``"4000.0"`` -> ``4000``, KWD ``"1.25"`` -> ``1250``.
+
+    Read digit by digit, never through a float. Digits past the currency's exponent are
+    accepted only when they are zeros (``"38.000"`` is exactly 38.00 USD, and Shopify writes
+    ``"4000.0"`` for yen); a non-zero one (``"38.005"`` USD, ``"4000.5"`` JPY) is refused,
+    because it would have to be rounded and money is never rounded here. So is anything that
+    is not a plain decimal: exponents, a thousands separator, an empty string, ``NaN``.
+    """
+    raw = str(text).strip()
+    sign = -1 if raw.startswith("-") else 1
+    body = raw[1:] if raw[:1] in "+-" else raw
+    whole, dot, fraction = body.partition(".")
+    if not (
+        whole.isascii()
+        and whole.isdigit()
+        and (fraction == "" or (fraction.isascii() and fraction.isdigit()))
+        and (fraction or not dot)
+    ):
+        raise AmountMalformed(f"{raw[:40]!r} is not a decimal amount of {currency}.")
+    digits = minor_digits(currency)
+    kept, extra = fraction[:digits], fraction[digits:]
+    if extra.strip("0"):
+        raise AmountMalformed(
+            f"{raw[:40]!r} has more decimals than {currency} has ({digits}): it would need rounding."
+        )
+    return sign * (int(whole) * 10**digits + int(kept.ljust(digits, "0") or "0"))
+
+
+def decimal_from_minor(minor: int, currency: str) -> str:
+    """Integer minor units as the plain decimal string a platform reads: ``3800`` USD ->
+    ``"38.00"``, ``4000`` JPY -> ``"4000"``, ``1250`` KWD -> ``"1.250"`` (the inverse of
+    ``minor_from_decimal``)."""
+    sign, whole, fraction = _split(minor, currency)
+    return f"{sign}{whole}{'.' + fraction if fraction else ''}"
