@@ -53,9 +53,12 @@ FENCE_KEY = os.environ.get("DESKHAND_FENCE_KEY") or _local_secret("fence_key")
 # comma-separated, the first seals, any opens (rotate: a new key first, then
 # `manage.py rotate_secrets`). Unset, one derived from a secret kept under .deskhand/ —
 # for the demo and the tests only; a deployment sets it.
-DESKHAND_SECRET_KEYS = os.environ.get("DESKHAND_SECRET_KEYS") or base64.urlsafe_b64encode(
-    hashlib.sha256(b"deskhand-sealing-key:" + _local_secret("sealing_key").encode()).digest()
-).decode()
+DESKHAND_SECRET_KEYS = (
+    os.environ.get("DESKHAND_SECRET_KEYS")
+    or base64.urlsafe_b64encode(
+        hashlib.sha256(b"deskhand-sealing-key:" + _local_secret("sealing_key").encode()).digest()
+    ).decode()
+)
 # Where Shopify's Admin API is reached instead of https://<shop>: the local double (tests, demo).
 DESKHAND_SHOPIFY_BASE_URL = os.environ.get("DESKHAND_SHOPIFY_BASE_URL", "")
 ALLOWED_HOSTS = [

@@ -15,6 +15,7 @@ _.EngineConfig
 _.DeskConfig
 _.ApiConfig
 _.ApiKeysConfig
+_.StoreConfig
 _.ready  # AppConfig.ready
 _.default_auto_field  # AppConfig
 _.adding  # Model._state.adding: Django reads it on save (agent.record.steplog._insert sets it)
@@ -312,3 +313,11 @@ _.approval_sla_hours
 _.reply_window_hours
 _.address_check  # Notification FK: the outbox row of a support address's routing check
 _.account  # Notification FK: mail about a person's own account (a password reset)
+
+# --- graphql-core resolves a root field by its name (tests/support/shopify_double.py) ----
+_.webhookSubscriptions
+_.refundCreate
+_.orderCancel
+_.webhookSubscriptionCreate
+# --- read by the integrator's order source (deskhand/domain/store/shopify.py) -------------
+_.presentment_currency  # Order: the currency the customer saw, shown beside the shop's

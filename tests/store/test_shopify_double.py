@@ -136,7 +136,9 @@ def test_amounts_are_decimal_strings_in_a_money_bag(shop):
 def test_a_search_term_it_does_not_know_is_ignored_with_a_warning_as_shopify_does(shop):
     shop.add_order("#1001", "dana@example.com", 10000)
     shop.add_order("#1002", "sam@example.org", 5000)
-    body = gql(shop, '{ orders(first: 5, query: "mail:dana@example.com") { nodes { name } } }').json()
+    body = gql(
+        shop, '{ orders(first: 5, query: "mail:dana@example.com") { nodes { name } } }'
+    ).json()
     assert len(body["data"]["orders"]["nodes"]) == 2  # everything: the filter was ignored
     assert body["extensions"]["search"][0]["field"] == "mail"
 
@@ -149,7 +151,9 @@ def test_query_cost_follows_the_documented_rules(shop):
     cost = lambda q: gql(shop, q).json()["extensions"]["cost"]["requestedQueryCost"]  # noqa: E731
     assert cost("{ shop { name currencyCode } }") == 1  # an object 1, scalars and enums 0
     # a connection: 2 + first x (the node 1 + its MoneyBag 1 + MoneyV2 1)
-    assert cost("{ orders(first: 10) { nodes { id totalPriceSet { shopMoney { amount } } } } }") == 32
+    assert (
+        cost("{ orders(first: 10) { nodes { id totalPriceSet { shopMoney { amount } } } } }") == 32
+    )
     # a mutation field 10, plus what its payload selects
     gid = next(iter(shop.orders))
     body = gql(shop, REFUND % "k-cost", refund_input(shop, gid, "1.00")).json()
@@ -231,7 +235,9 @@ def test_the_same_key_and_input_refund_once_and_answer_the_same_refund(shop):
     first = gql(shop, REFUND % "ledger-1", refund_input(shop, gid, "38.00")).json()
     again = gql(shop, REFUND % "ledger-1", refund_input(shop, gid, "38.00")).json()
     assert first["data"] == again["data"]
-    assert first["data"]["refundCreate"]["refund"]["totalRefundedSet"]["shopMoney"]["amount"] == "38.0"
+    assert (
+        first["data"]["refundCreate"]["refund"]["totalRefundedSet"]["shopMoney"]["amount"] == "38.0"
+    )
     assert len(shop.refunds_of(gid)) == 1
 
 
@@ -289,14 +295,14 @@ def test_the_directive_is_declared_with_a_required_string_key(shop):
 def test_a_cancellation_answers_a_job_that_is_done_later(shop):
     gid = shop.add_order("#1001", "dana@example.com", 10000)
     cancel = (
-        "mutation { orderCancel(orderId: %s, reason: CUSTOMER, restock: true)"
+        "mutation($id: ID!) { orderCancel(orderId: $id, reason: CUSTOMER, restock: true)"
         " { job { id done } orderCancelUserErrors { code message } } }"
-    ) % json.dumps(gid)
-    payload = gql(shop, cancel).json()["data"]["orderCancel"]
+    )
+    payload = gql(shop, cancel, {"id": gid}).json()["data"]["orderCancel"]
     assert payload["orderCancelUserErrors"] == []
     assert payload["job"]["done"] is False
     job = payload["job"]["id"]
-    again = gql(shop, cancel).json()["data"]["orderCancel"]
+    again = gql(shop, cancel, {"id": gid}).json()["data"]["orderCancel"]
     assert again["orderCancelUserErrors"][0]["code"] == "ORDER_ALREADY_CANCELLED"
 
     def done() -> bool:
@@ -305,7 +311,9 @@ def test_a_cancellation_answers_a_job_that_is_done_later(shop):
         ]["done"]
 
     until("the cancel job to finish", done, timeout=10)
-    order = gql(shop, "query($id: ID!) { order(id: $id) { cancelledAt cancelReason } }", {"id": gid})
+    order = gql(
+        shop, "query($id: ID!) { order(id: $id) { cancelledAt cancelReason } }", {"id": gid}
+    )
     assert order.json()["data"]["order"]["cancelReason"] == "CUSTOMER"
     assert order.json()["data"]["order"]["cancelledAt"]
 
@@ -324,7 +332,10 @@ def test_subscriptions_are_created_listed_and_not_taken_twice(shop, inbox):
     made = gql(shop, SUBSCRIBE, {"topic": "ORDERS_UPDATED", "uri": inbox.url()}).json()
     assert made["data"]["webhookSubscriptionCreate"]["userErrors"] == []
     twice = gql(shop, SUBSCRIBE, {"topic": "ORDERS_UPDATED", "uri": inbox.url()}).json()
-    assert "already been taken" in twice["data"]["webhookSubscriptionCreate"]["userErrors"][0]["message"]
+    assert (
+        "already been taken"
+        in twice["data"]["webhookSubscriptionCreate"]["userErrors"][0]["message"]
+    )
     plain = gql(shop, SUBSCRIBE, {"topic": "ORDERS_UPDATED", "uri": "http://example.com/h"}).json()
     assert plain["data"]["webhookSubscriptionCreate"]["userErrors"]
     listed = gql(shop, "{ webhookSubscriptions(first: 10) { nodes { topic uri } } }").json()
@@ -340,7 +351,11 @@ def test_a_refund_made_directly_in_the_admin_is_sent_signed(shop, inbox):
     for topic in ("ORDERS_UPDATED", "REFUNDS_CREATE"):
         gql(shop, SUBSCRIBE, {"topic": topic, "uri": inbox.url()})
     shop.refund_directly(gid, 2000)
-    until("both webhooks", lambda: inbox.of("refunds/create") and inbox.of("orders/updated"), timeout=10)
+    until(
+        "both webhooks",
+        lambda: inbox.of("refunds/create") and inbox.of("orders/updated"),
+        timeout=10,
+    )
     (refund,) = inbox.of("refunds/create")
     assert shopify_webhook_verified(
         shop.client_secret, refund.body, refund.headers["X-Shopify-Hmac-Sha256"]

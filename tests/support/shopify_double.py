@@ -17,8 +17,8 @@ documents:
   rule as the code). A connection asked without ``first`` is refused too, as Shopify does.
 * **Calculated query cost** (shopify.dev, "GraphQL Admin API rate limits"), computed on the
   document before it runs: a scalar or enum field costs 0, an object field 1, a connection
-  2 + ``first`` × (the cost of one node with its selection), a list of objects with ``first``
-  ``first`` × one item, a mutation field 10 plus its payload's selection. A query over
+  2 + ``first`` * (the cost of one node with its selection), a list of objects with ``first``
+  ``first`` * one item, a mutation field 10 plus its payload's selection. A query over
   ``MAX_QUERY_COST`` (1000) is refused (``MAX_COST_EXCEEDED``). The cost is taken from a
   leaky bucket per app and store: ``bucket_size`` points (default 1000, the single-query
   maximum), refilled continuously at ``restore_rate`` points a second (default 100, the
@@ -69,8 +69,8 @@ from __future__ import annotations
 
 import base64
 import dataclasses
-import functools
 import datetime as dt
+import functools
 import hashlib
 import hmac
 import itertools
@@ -88,7 +88,6 @@ from typing import Any
 
 from graphql import (
     GraphQLError,
-    GraphQLList,
     GraphQLObjectType,
     GraphQLSchema,
     build_schema,
@@ -114,7 +113,12 @@ from graphql.language import (
     VariableNode,
 )
 
-from deskhand.domain.desk.money import MINOR_DIGITS, AmountMalformed, format_cents, minor_from_decimal
+from deskhand.domain.desk.money import (
+    MINOR_DIGITS,
+    AmountMalformed,
+    format_cents,
+    minor_from_decimal,
+)
 
 SCHEMA_SDL = (Path(__file__).with_name("shopify_admin.graphql")).read_text()
 API_VERSIONS = ("2026-01", "2026-04")
@@ -210,16 +214,16 @@ class OrderRec:
 
     @property
     def sales(self) -> list[Txn]:
-        return [t for t in self.transactions if t.kind in ("SALE", "CAPTURE") and t.status == "SUCCESS"]
+        return [
+            t for t in self.transactions if t.kind in ("SALE", "CAPTURE") and t.status == "SUCCESS"
+        ]
 
     @property
     def refunded(self) -> int:
         return sum(r.amount for r in self.refunds)
 
     def left_on(self, sale: Txn) -> int:
-        taken = sum(
-            t.amount for r in self.refunds for t in r.transactions if t.parent == sale.gid
-        )
+        taken = sum(t.amount for r in self.refunds for t in r.transactions if t.parent == sale.gid)
         return sale.amount - taken
 
     @property
@@ -385,7 +389,9 @@ class ShopifyDouble:
                     (c.gid for c in self.customers.values() if c.email == email), None
                 ) or self.add_customer(email)
             gid = self._gid("Order")
-            sale = Txn(self._gid("OrderTransaction"), "SALE", "SUCCESS", gateway, total, None, _now())
+            sale = Txn(
+                self._gid("OrderTransaction"), "SALE", "SUCCESS", gateway, total, None, _now()
+            )
             items = [
                 {"id": self._gid("LineItem"), "name": n, "quantity": q, "price": p, "sku": None}
                 for n, q, p in (line_items or [(name, 1, total)])
@@ -393,11 +399,9 @@ class ShopifyDouble:
             self.orders[gid] = OrderRec(gid, name, email, customer, currency, total, items, [sale])
             return gid
 
-    def order_named(self, name: str) -> OrderRec:
-        with self._lock:
-            return next(o for o in self.orders.values() if o.name == name)
-
-    def refund_directly(self, order_gid: str, amount: int, note: str = "Refunded in Shopify admin") -> str:
+    def refund_directly(
+        self, order_gid: str, amount: int, note: str = "Refunded in Shopify admin"
+    ) -> str:
         """A refund made without Deskhand (staff in Shopify's admin, another app): it is on
         the order at once and its webhooks go out like any other."""
         with self._lock:
@@ -443,7 +447,9 @@ class ShopifyDouble:
 
     # --- webhooks ------------------------------------------------------------------------
 
-    def _send(self, url: str, topic: str, payload: dict[str, Any], *, version: str = API_VERSIONS[0]) -> Delivery:
+    def _send(
+        self, url: str, topic: str, payload: dict[str, Any], *, version: str = API_VERSIONS[0]
+    ) -> Delivery:
         body = json.dumps(payload).encode()
         headers = {
             "Content-Type": "application/json",
@@ -528,7 +534,15 @@ class ShopifyDouble:
     def _make_refund(self, order: OrderRec, parts: list[tuple[Txn, int]], note: str) -> RefundRec:
         now = _now()
         txns = [
-            Txn(self._gid("OrderTransaction"), "REFUND", "SUCCESS", sale.gateway, amount, sale.gid, now)
+            Txn(
+                self._gid("OrderTransaction"),
+                "REFUND",
+                "SUCCESS",
+                sale.gateway,
+                amount,
+                sale.gid,
+                now,
+            )
             for sale, amount in parts
         ]
         refund = RefundRec(self._gid("Refund"), note, txns, now)
@@ -543,7 +557,9 @@ class ShopifyDouble:
         with self._lock:
             order = self.orders[order_gid]
             if refund and order.sales and order.left_on(order.sales[0]):
-                self._make_refund(order, [(order.sales[0], order.left_on(order.sales[0]))], "Cancelled")
+                self._make_refund(
+                    order, [(order.sales[0], order.left_on(order.sales[0]))], "Cancelled"
+                )
             order.cancelled = order.updated = _now()
             order.cancel_reason = reason
             job.done = True
@@ -589,10 +605,12 @@ class ShopifyDouble:
         coerced = get_variable_values(self.schema, operation.variable_definitions or (), variables)
         if isinstance(coerced, list):
             return {
-                "errors": [{**e.formatted, "extensions": {"code": "INVALID_VARIABLE"}} for e in coerced]
+                "errors": [
+                    {**e.formatted, "extensions": {"code": "INVALID_VARIABLE"}} for e in coerced
+                ]
             }
         try:
-            cost = self._cost(document, operation, coerced)
+            cost = self._cost(document, operation, dict(getattr(coerced, "coerced", coerced)))
         except _CostRefused as exc:
             return {"errors": [_gql_error(str(exc), exc.code)]}
         if cost > MAX_QUERY_COST:
@@ -659,7 +677,10 @@ class ShopifyDouble:
                     continue
                 seen.add(error.message)
                 errors.append(
-                    {**error.formatted, "extensions": {"code": RULE_CODES.get(rule.__name__, rule.__name__)}}
+                    {
+                        **error.formatted,
+                        "extensions": {"code": RULE_CODES.get(rule.__name__, rule.__name__)},
+                    }
                 )
         return errors
 
@@ -672,7 +693,9 @@ class ShopifyDouble:
         mutation = operation.operation.value == "mutation"
         root_type = self.schema.mutation_type if mutation else self.schema.query_type
         assert root_type is not None
-        return _selection_cost(operation.selection_set, root_type, fragments, variables, top_mutation=mutation)
+        return _selection_cost(
+            operation.selection_set, root_type, fragments, variables, top_mutation=mutation
+        )
 
 
 class _CostRefused(Exception):
@@ -727,7 +750,9 @@ def _selection_cost(
         named = get_named_type(field.type)
         if top_mutation:
             assert isinstance(named, GraphQLObjectType)
-            total += MUTATION_COST + _selection_cost(node.selection_set, named, fragments, variables)
+            total += MUTATION_COST + _selection_cost(
+                node.selection_set, named, fragments, variables
+            )
             continue
         if is_leaf_type(named):
             continue
@@ -748,11 +773,15 @@ def _selection_cost(
                         if n.name.value == "node":
                             node_type = get_named_type(edge.fields["node"].type)
                             assert isinstance(node_type, GraphQLObjectType)
-                            per_item += 1 + _selection_cost(n.selection_set, node_type, fragments, variables)
+                            per_item += 1 + _selection_cost(
+                                n.selection_set, node_type, fragments, variables
+                            )
                 elif inner.name.value == "nodes":
                     node_type = get_named_type(named.fields["nodes"].type)
                     assert isinstance(node_type, GraphQLObjectType)
-                    per_item += 1 + _selection_cost(inner.selection_set, node_type, fragments, variables)
+                    per_item += 1 + _selection_cost(
+                        inner.selection_set, node_type, fragments, variables
+                    )
             total += 2 + first * per_item
             continue
         item = 1 + _selection_cost(node.selection_set, named, fragments, variables)
@@ -761,7 +790,9 @@ def _selection_cost(
     return total
 
 
-def _idempotency_key(operation: OperationDefinitionNode, field: str, variables: dict[str, Any]) -> str | None:
+def _idempotency_key(
+    operation: OperationDefinitionNode, field: str, variables: dict[str, Any]
+) -> str | None:
     for node in operation.selection_set.selections:
         if isinstance(node, FieldNode) and node.name.value == field:
             for directive in node.directives or ():
@@ -773,7 +804,9 @@ def _idempotency_key(operation: OperationDefinitionNode, field: str, variables: 
     return None
 
 
-def _connection(items: list[dict[str, Any]], first: int | None, after: str | None) -> dict[str, Any]:
+def _connection(
+    items: list[dict[str, Any]], first: int | None, after: str | None
+) -> dict[str, Any]:
     start = int(after) if after and after.isdigit() else 0
     page = items[start : start + (first or 0)]
     return {
@@ -792,7 +825,9 @@ class _Root:
     """Resolvers: graphql-core's default resolver calls a root attribute that is callable
     with ``(info, **arguments)``, and reads nested dicts by key (callables there too)."""
 
-    def __init__(self, shop: ShopifyDouble, version: str, operation: OperationDefinitionNode) -> None:
+    def __init__(
+        self, shop: ShopifyDouble, version: str, operation: OperationDefinitionNode
+    ) -> None:
         self.s = shop
         self.version = version
         self.operation = operation
@@ -856,10 +891,16 @@ class _Root:
             "totalPriceSet": self._bag(o.total, o.currency),
             "totalReceivedSet": self._bag(received, o.currency),
             "totalRefundedSet": self._bag(o.refunded, o.currency),
-            "customer": self._customer(self.s.customers[o.customer]) if o.customer in self.s.customers else None,
+            "customer": self._customer(self.s.customers[o.customer])
+            if o.customer in self.s.customers
+            else None,
             "lineItems": lambda info, first=None, after=None: _connection(items, first, after),
-            "refunds": lambda info, first=None: [self._refund(o, r) for r in o.refunds][: first or None],
-            "transactions": lambda info, first=None: [self._txn(o, t) for t in o.transactions][: first or None],
+            "refunds": lambda info, first=None: [self._refund(o, r) for r in o.refunds][
+                : first or None
+            ],
+            "transactions": lambda info, first=None: [self._txn(o, t) for t in o.transactions][
+                : first or None
+            ],
         }
 
     def _customer(self, c: CustomerRec) -> dict[str, Any]:
@@ -878,7 +919,9 @@ class _Root:
             ),
         }
 
-    def _search(self, query: str | None, fields: dict[str, Callable[[Any, str], bool]], rows: list[Any]) -> list[Any]:
+    def _search(
+        self, query: str | None, fields: dict[str, Callable[[Any, str], bool]], rows: list[Any]
+    ) -> list[Any]:
         for term in re.findall(r'(\w+):("[^"]*"|\S+)', query or ""):
             name, value = term[0], term[1].strip('"')
             test = fields.get(name)
@@ -905,14 +948,24 @@ class _Root:
             o = self.s.orders.get(id)
             return self._order(o) if o else None
 
-    def orders(self, info: Any, first: int | None = None, after: str | None = None, query: str | None = None, sortKey: str | None = None, reverse: bool = False) -> dict[str, Any]:  # noqa: N803
+    def orders(
+        self,
+        info: Any,
+        first: int | None = None,
+        after: str | None = None,
+        query: str | None = None,
+        reverse: bool = False,
+        **_: Any,
+    ) -> dict[str, Any]:
         with self.s._lock:
             rows = self._search(
                 query,
                 {
                     "email": lambda o, v: o.email.lower() == v.lower(),
                     "name": lambda o, v: o.name.lower() == v.lower(),
-                    "customer_id": lambda o, v: o.customer is not None and _numeric(o.customer) == int(v),
+                    "customer_id": lambda o, v: (
+                        o.customer is not None and _numeric(o.customer) == int(v)
+                    ),
                 },
                 sorted(self.s.orders.values(), key=lambda o: o.created, reverse=bool(reverse)),
             )
@@ -923,10 +976,18 @@ class _Root:
             c = self.s.customers.get(id)
             return self._customer(c) if c else None
 
-    def customers(self, info: Any, first: int | None = None, after: str | None = None, query: str | None = None) -> dict[str, Any]:
+    def customers(
+        self,
+        info: Any,
+        first: int | None = None,
+        after: str | None = None,
+        query: str | None = None,
+    ) -> dict[str, Any]:
         with self.s._lock:
             rows = self._search(
-                query, {"email": lambda c, v: c.email.lower() == v.lower()}, list(self.s.customers.values())
+                query,
+                {"email": lambda c, v: c.email.lower() == v.lower()},
+                list(self.s.customers.values()),
             )
             return _connection([self._customer(c) for c in rows], first, after)
 
@@ -935,15 +996,24 @@ class _Root:
             job = self.s.jobs.get(id)
             return {"id": job.gid, "done": job.done} if job else None
 
-    def webhookSubscriptions(self, info: Any, first: int | None = None, after: str | None = None, topics: list[str] | None = None) -> dict[str, Any]:  # noqa: N802
+    def webhookSubscriptions(
+        self,
+        info: Any,
+        first: int | None = None,
+        after: str | None = None,
+        topics: list[str] | None = None,
+    ) -> dict[str, Any]:
         with self.s._lock:
             subs = [s for s in self.s.subscriptions.values() if not topics or s.topic in topics]
             return _connection([_subscription(s) for s in subs], first, after)
 
     # --- mutations ------------------------------------------------------------------------------
 
-    def refundCreate(self, info: Any, input: dict[str, Any]) -> dict[str, Any]:  # noqa: N802
-        key = _idempotency_key(self.operation, info.field_name, info.variable_values)
+    def refundCreate(self, info: Any, input: dict[str, Any]) -> dict[str, Any]:
+        variables = getattr(
+            info.variable_values, "coerced", info.variable_values
+        )  # graphql-core 3.3
+        key = _idempotency_key(self.operation, info.field_name, dict(variables))
         if key is None and self.version >= "2026-04":
             raise GraphQLError(
                 "The @idempotent directive is required for this mutation.",
@@ -967,9 +1037,17 @@ class _Root:
                             "IDEMPOTENCY_PREVIOUS_ATTEMPT_FAILED",
                             "A previous request with this idempotency key failed. Retry with a new idempotency key.",
                         )
-                    order = next(o for o in self.s.orders.values() if any(r.gid == stored.refund for r in o.refunds))
+                    order = next(
+                        o
+                        for o in self.s.orders.values()
+                        if any(r.gid == stored.refund for r in o.refunds)
+                    )
                     refund = next(r for r in order.refunds if r.gid == stored.refund)
-                    return {"order": self._order(order), "refund": self._refund(order, refund), "userErrors": []}
+                    return {
+                        "order": self._order(order),
+                        "refund": self._refund(order, refund),
+                        "userErrors": [],
+                    }
             payload, made = self._refund_create(input)
             if key is not None:
                 self.s._keys[key] = KeyRec(
@@ -985,21 +1063,31 @@ class _Root:
             return _user_error("INVALID", f"Currency must be {order.currency}", ["currency"]), None
         txns = input.get("transactions") or []
         if not txns:
-            return _user_error("INVALID", "A refund needs transactions or line items.", ["transactions"]), None
+            return _user_error(
+                "INVALID", "A refund needs transactions or line items.", ["transactions"]
+            ), None
         parts: list[tuple[Txn, int]] = []
         for i, t in enumerate(txns):
             where = ["transactions", str(i)]
             sale = next((s for s in order.sales if s.gid == t.get("parentId")), None)
             if t["orderId"] != order.gid or t["kind"] != "REFUND" or sale is None:
-                return _user_error("INVALID", "Transaction must refund a sale of this order.", [*where, "parentId"]), None
+                return _user_error(
+                    "INVALID", "Transaction must refund a sale of this order.", [*where, "parentId"]
+                ), None
             if t["gateway"] != sale.gateway:
-                return _user_error("INVALID", f"Gateway must be {sale.gateway}.", [*where, "gateway"]), None
+                return _user_error(
+                    "INVALID", f"Gateway must be {sale.gateway}.", [*where, "gateway"]
+                ), None
             try:
                 amount = minor_from_decimal(str(t["amount"]), order.currency)
             except AmountMalformed:
-                return _user_error("INVALID", f"Amount is not valid {order.currency}.", [*where, "amount"]), None
+                return _user_error(
+                    "INVALID", f"Amount is not valid {order.currency}.", [*where, "amount"]
+                ), None
             if amount <= 0:
-                return _user_error("INVALID", "Amount must be greater than 0.", [*where, "amount"]), None
+                return _user_error(
+                    "INVALID", "Amount must be greater than 0.", [*where, "amount"]
+                ), None
             left = order.left_on(sale) - sum(a for s, a in parts if s is sale)
             if amount > left:
                 return (
@@ -1015,42 +1103,103 @@ class _Root:
         if self.s._fail_next:
             return _user_error("INVALID", self.s._fail_next.pop(0), ["transactions"]), None
         refund = self.s._make_refund(order, parts, input.get("note") or "")
-        return {"order": self._order(order), "refund": self._refund(order, refund), "userErrors": []}, refund
+        return {
+            "order": self._order(order),
+            "refund": self._refund(order, refund),
+            "userErrors": [],
+        }, refund
 
-    def orderCancel(self, info: Any, orderId: str, reason: str, restock: bool, notifyCustomer: bool | None = None, staffNote: str | None = None, refund: bool | None = None) -> dict[str, Any]:  # noqa: N802, N803
+    def orderCancel(
+        self,
+        info: Any,
+        orderId: str,
+        reason: str,
+        restock: bool,
+        refund: bool | None = None,
+        **_: Any,
+    ) -> dict[str, Any]:
         with self.s._lock:
             order = self.s.orders.get(orderId)
             if order is None:
-                return {"job": None, "orderCancelUserErrors": [{"field": ["orderId"], "message": "Order does not exist", "code": "NOT_FOUND"}]}
+                return {
+                    "job": None,
+                    "orderCancelUserErrors": [
+                        {
+                            "field": ["orderId"],
+                            "message": "Order does not exist",
+                            "code": "NOT_FOUND",
+                        }
+                    ],
+                }
             pending = any(not j.done for j in self.s.jobs.values() if j.order == orderId)
             if order.cancelled or pending:
-                return {"job": None, "orderCancelUserErrors": [{"field": ["orderId"], "message": "Order has already been cancelled.", "code": "ORDER_ALREADY_CANCELLED"}]}
+                return {
+                    "job": None,
+                    "orderCancelUserErrors": [
+                        {
+                            "field": ["orderId"],
+                            "message": "Order has already been cancelled.",
+                            "code": "ORDER_ALREADY_CANCELLED",
+                        }
+                    ],
+                }
             job = JobRec(self.s._gid("Job"), orderId)
             self.s.jobs[job.gid] = job
-        timer = threading.Timer(self.s.job_seconds, self.s._finish_job, args=(job, orderId, reason, bool(refund)))
+        timer = threading.Timer(
+            self.s.job_seconds, self.s._finish_job, args=(job, orderId, reason, bool(refund))
+        )
         timer.daemon = True
         timer.start()
         return {"job": {"id": job.gid, "done": False}, "orderCancelUserErrors": []}
 
-    def webhookSubscriptionCreate(self, info: Any, topic: str, webhookSubscription: dict[str, Any]) -> dict[str, Any]:  # noqa: N802, N803
+    def webhookSubscriptionCreate(
+        self, info: Any, topic: str, webhookSubscription: dict[str, Any]
+    ) -> dict[str, Any]:
         uri = webhookSubscription["uri"]
         loopback = re.match(r"^http://(127\.0\.0\.1|localhost)(:\d+)?/", uri)
         if not (uri.startswith("https://") or loopback):
-            return {"webhookSubscription": None, "userErrors": [{"field": ["webhookSubscription", "callbackUrl"], "message": "Address protocol http:// is not supported"}]}
+            return {
+                "webhookSubscription": None,
+                "userErrors": [
+                    {
+                        "field": ["webhookSubscription", "callbackUrl"],
+                        "message": "Address protocol http:// is not supported",
+                    }
+                ],
+            }
         with self.s._lock:
             if any(s.topic == topic and s.uri == uri for s in self.s.subscriptions.values()):
-                return {"webhookSubscription": None, "userErrors": [{"field": ["webhookSubscription", "callbackUrl"], "message": "Address for this topic has already been taken"}]}
+                return {
+                    "webhookSubscription": None,
+                    "userErrors": [
+                        {
+                            "field": ["webhookSubscription", "callbackUrl"],
+                            "message": "Address for this topic has already been taken",
+                        }
+                    ],
+                }
             sub = Subscription(self.s._gid("WebhookSubscription"), topic, uri)
             self.s.subscriptions[sub.gid] = sub
             return {"webhookSubscription": _subscription(sub), "userErrors": []}
 
 
 def _subscription(s: Subscription) -> dict[str, Any]:
-    return {"id": s.gid, "topic": s.topic, "uri": s.uri, "format": "JSON", "createdAt": _iso(s.created), "updatedAt": _iso(s.created)}
+    return {
+        "id": s.gid,
+        "topic": s.topic,
+        "uri": s.uri,
+        "format": "JSON",
+        "createdAt": _iso(s.created),
+        "updatedAt": _iso(s.created),
+    }
 
 
 def _user_error(code: str, message: str, field: list[str] | None = None) -> dict[str, Any]:
-    return {"order": None, "refund": None, "userErrors": [{"field": field, "message": message, "code": code}]}
+    return {
+        "order": None,
+        "refund": None,
+        "userErrors": [{"field": field, "message": message, "code": code}],
+    }
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -1075,7 +1224,9 @@ class _Handler(BaseHTTPRequestHandler):
     def do_POST(self) -> None:
         length = int(self.headers.get("Content-Length") or 0)
         raw = self.rfile.read(length) if length else b""
-        match = re.fullmatch(r"/admin/api/([0-9]{4}-[0-9]{2})/graphql\.json", self.path.split("?")[0])
+        match = re.fullmatch(
+            r"/admin/api/([0-9]{4}-[0-9]{2})/graphql\.json", self.path.split("?")[0]
+        )
         if match is None or match.group(1) not in API_VERSIONS:
             self._send(404, {"errors": "Not Found"})
             return
@@ -1083,7 +1234,9 @@ class _Handler(BaseHTTPRequestHandler):
         if not hmac.compare_digest(token.encode(), self.shop.access_token.encode()):
             self._send(
                 401,
-                {"errors": "[API] Invalid API key or access token (unrecognized login or wrong password)"},
+                {
+                    "errors": "[API] Invalid API key or access token (unrecognized login or wrong password)"
+                },
             )
             return
         try:
@@ -1096,7 +1249,13 @@ class _Handler(BaseHTTPRequestHandler):
         answer = self.shop.answer(match.group(1), body)
         with self.shop._lock:
             self.shop.requests.append(
-                Recorded(match.group(1), token, str(body.get("query")), dict(body.get("variables") or {}), answer)
+                Recorded(
+                    match.group(1),
+                    token,
+                    str(body.get("query")),
+                    dict(body.get("variables") or {}),
+                    answer,
+                )
             )
         self._send(200, answer)
 

@@ -72,7 +72,9 @@ class ShopifyThrottled(ShopifyUnavailable):
 class ShopifyRefused(ShopifyError):
     """A ``userErrors`` answer: Shopify understood and said no, with its sentence."""
 
-    def __init__(self, message: str, code: str | None = None, field: list[str] | None = None) -> None:
+    def __init__(
+        self, message: str, code: str | None = None, field: list[str] | None = None
+    ) -> None:
         super().__init__(message)
         self.code = code
         self.field = field or []
@@ -251,7 +253,9 @@ class ShopifyClient:
     ) -> None:
         self.shop_domain = shop_domain
         self.api_version = api_version
-        self.endpoint = f"{base_url or 'https://' + shop_domain}/admin/api/{api_version}/graphql.json"
+        self.endpoint = (
+            f"{base_url or 'https://' + shop_domain}/admin/api/{api_version}/graphql.json"
+        )
         self.time_budget = time_budget
         self.sleep = sleep
         self.clock = clock
@@ -289,7 +293,9 @@ class ShopifyClient:
                 self.sleep(JOB_POLL_SECONDS)
                 continue
             errors = answer.get("errors") or []
-            throttled = [e for e in errors if (e.get("extensions") or {}).get("code") == "THROTTLED"]
+            throttled = [
+                e for e in errors if (e.get("extensions") or {}).get("code") == "THROTTLED"
+            ]
             if not throttled:
                 break
             wait = self.refill_seconds(answer)
@@ -347,7 +353,9 @@ class ShopifyClient:
 
     def orders_by_email(self, email: str, *, first: int = 10) -> list[Order]:
         """The customer's orders, newest first (only those whose email is exactly ``email``)."""
-        data = self.execute(ORDERS_QUERY, {"query": f"email:{_search_value(email)}", "first": first})
+        data = self.execute(
+            ORDERS_QUERY, {"query": f"email:{_search_value(email)}", "first": first}
+        )
         orders = [order_from(n) for n in data["orders"]["nodes"]]
         return [o for o in orders if o.email.lower() == email.strip().lower()]
 
@@ -356,7 +364,11 @@ class ShopifyClient:
         wanted = name.strip() if name.strip().startswith("#") else "#" + name.strip()
         data = self.execute(ORDERS_QUERY, {"query": f"name:{_search_value(wanted)}", "first": 5})
         return next(
-            (o for o in map(order_from, data["orders"]["nodes"]) if o.name.lower() == wanted.lower()),
+            (
+                o
+                for o in map(order_from, data["orders"]["nodes"])
+                if o.name.lower() == wanted.lower()
+            ),
             None,
         )
 
@@ -393,16 +405,24 @@ class ShopifyClient:
         data = self.execute(REFUND_MUTATION, {"input": refund_input, "key": key})
         payload = data.get("refundCreate") or {}
         for error in payload.get("userErrors") or []:
-            kind = ShopifyKeySpent if error.get("code") == "IDEMPOTENCY_PREVIOUS_ATTEMPT_FAILED" else ShopifyRefused
+            kind = (
+                ShopifyKeySpent
+                if error.get("code") == "IDEMPOTENCY_PREVIOUS_ATTEMPT_FAILED"
+                else ShopifyRefused
+            )
             raise kind(error["message"], error.get("code"), error.get("field"))
         r = payload.get("refund")
         if not r:
-            raise ShopifyQueryError("Shopify answered refundCreate with neither a refund nor an error.")
+            raise ShopifyQueryError(
+                "Shopify answered refundCreate with neither a refund nor an error."
+            )
         try:
             made = _money(r["totalRefundedSet"])
         except AmountMalformed as exc:
             raise ShopifyQueryError(str(exc)) from None
-        return Refund(r["id"], made.minor, made.currency, r.get("createdAt") or "", r.get("note") or "")
+        return Refund(
+            r["id"], made.minor, made.currency, r.get("createdAt") or "", r.get("note") or ""
+        )
 
     # --- cancellation ------------------------------------------------------------------------
 

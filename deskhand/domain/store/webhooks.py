@@ -16,11 +16,6 @@ import hashlib
 import hmac
 
 
-def shopify_signature(secret: str, body: bytes) -> str:
-    """The header value Shopify sends for ``body`` under ``secret``."""
-    return base64.b64encode(hmac.new(secret.encode(), body, hashlib.sha256).digest()).decode()
-
-
 def shopify_webhook_verified(secret: str, body: bytes, header: str | None) -> bool:
     """Whether ``header`` (``X-Shopify-Hmac-Sha256``) signs ``body`` under ``secret``."""
     if not secret or not header:
