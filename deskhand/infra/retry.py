@@ -1,6 +1,6 @@
 """Every retry policy in one module: what is tried again, how often, how far apart, for how long.
 
-Six policies, each named here, so how often anything is tried is read in one place:
+Seven policies, each named here, so how often anything is tried is read in one place:
 
 ``MODEL`` — one model call (``agent.providers.anthropic``)
     4 attempts; 1 s doubling, capped at 30 s, jittered (half to full); a ``retry-after``
@@ -10,6 +10,12 @@ Six policies, each named here, so how often anything is tried is read in one pla
     4 attempts; 0.5 s doubling, capped at 8 s; a ``Retry-After`` is honoured as given;
     at most 20 s from the first call, the calls' own time included. Transient: what the
     adapter raises ``Retry`` for (a 409, 429 or 5xx, a lost connection, an SMTP 4xx).
+``SHOPIFY`` — one call to a store's Shopify Admin API (``deskhand.domain.store.shopify``)
+    8 attempts; a ``THROTTLED`` answer waits what its ``extensions.cost`` names (the points
+    asked less those available, over the restore rate), uncapped; otherwise 0.25 s doubling,
+    capped at 4 s; at most 20 s from the first call, the calls' own time included (a caller
+    with an effect's budget passes its own). Transient: ``THROTTLED`` (nothing ran), and for
+    reads and the idempotent refund only, a lost connection, a 429 or a 5xx.
 ``STEP`` — a durable step that only reads or upserts (``agent.runtime.RETRYABLE_STEPS``)
     3 attempts; 1 s then 2 s (DBOS's ``interval_seconds`` and ``backoff_rate``).
     Transient: any exception (in practice the database's, while Postgres restarts).
@@ -27,7 +33,8 @@ is a schedule, not a loop: the row waits for its ``next_attempt_at`` (``backoff`
 
 **No library retries on top.** The Anthropic SDK is built with ``max_retries=0`` (its
 default, 2, would make every attempt here three requests); payments speak ``http.client``
-and mail ``smtplib``, neither of which retries. So a model call sends at most
+and mail ``smtplib``, neither of which retries; Shopify's client is httpx, whose transport
+does not retry unless told. So a model call sends at most
 ``MODEL.max_attempts`` requests, and an effect at most ``EFFECT.max_attempts``, per run of
 its step. A model step is itself a ``STEP`` (a failure *around* the call — writing its step
 row — re-runs it), so the worst case is 3 times 4, 12 requests for one turn, each counted on
@@ -78,6 +85,15 @@ EFFECT = RetryPolicy(
     max_attempts=4,
     base_delay=0.5,
     max_delay=8.0,
+    budget_seconds=20.0,
+    jitter=False,
+    elapsed=True,
+    cap_named_wait=False,
+)
+SHOPIFY = RetryPolicy(
+    max_attempts=8,
+    base_delay=0.25,
+    max_delay=4.0,
     budget_seconds=20.0,
     jitter=False,
     elapsed=True,

@@ -217,3 +217,24 @@ def test_webhook_subscriptions_are_created_and_listed_for_health(shop, client):
         assert client.webhook_subscriptions() == []
     finally:
         inbox.stop()
+
+
+def test_the_demos_orders_mirrored_at_the_double_are_read_by_the_client(seeded):
+    from deskhand.domain.desk.models import Order as DeskOrder
+    from tests.support.shopify_double import mirror_seeded_orders
+
+    shop = ShopifyDouble().start()
+    try:
+        assert mirror_seeded_orders(shop, "northwind") > 0
+        desk = DeskOrder.objects.filter(merchant__slug="northwind").select_related("customer")[0]
+        with client_of(shop) as c:
+            order = c.order_by_name(desk.reference)
+            assert order is not None
+            assert (order.total, order.currency, order.email) == (
+                desk.total_cents,
+                desk.currency,
+                desk.customer.email,
+            )
+            assert desk.reference in [o.name for o in c.orders_by_email(desk.customer.email)]
+    finally:
+        shop.stop()

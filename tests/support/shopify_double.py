@@ -332,13 +332,13 @@ class ShopifyDouble:
 
     # --- lifecycle -------------------------------------------------------------------
 
-    def start(self) -> ShopifyDouble:
+    def start(self, port: int = 0) -> ShopifyDouble:
         double = self
 
         class Handler(_Handler):
             shop = double
 
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._server = ThreadingHTTPServer(("127.0.0.1", port), Handler)
         self._server.daemon_threads = True
         threading.Thread(target=self._server.serve_forever, args=(0.05,), daemon=True).start()
         return self
@@ -1303,3 +1303,54 @@ class WebhookInbox:
     def stop(self) -> None:
         self._server.shutdown()
         self._server.server_close()
+
+
+def mirror_seeded_orders(shop: ShopifyDouble, merchant_slug: str) -> int:
+    """Give the double the orders the database holds for one merchant (``make demo
+    SHOP=double``: the demo's Northwind, its orders at "Shopify"), each paid in full by one
+    sale, named by its reference, under its customer's email. Answers how many."""
+    from deskhand.domain.desk.models import Order
+
+    n = 0
+    for order in Order.objects.filter(merchant__slug=merchant_slug).select_related("customer"):
+        shop.add_order(
+            order.reference,
+            order.customer.email,
+            order.total_cents,
+            currency=order.currency,
+        )
+        n += 1
+    return n
+
+
+def main(argv: list[str] | None = None) -> None:
+    """``python -m tests.support.shopify_double [--port N]``: the double on its own, until
+    Ctrl-C, printing where it listens and its token and client secret (test values)."""
+    import argparse
+
+    parser = argparse.ArgumentParser(description=main.__doc__)
+    parser.add_argument("--port", type=int, default=0)
+    parser.add_argument("--shop", default="northwind-double.myshopify.com")
+    args = parser.parse_args(argv)
+    shop = ShopifyDouble(shop_domain=args.shop)
+    shop.start(port=args.port)
+    print(
+        json.dumps(
+            {
+                "url": shop.url,
+                "shop_domain": shop.shop_domain,
+                "access_token": shop.access_token,
+                "client_secret": shop.client_secret,
+                "api_versions": list(API_VERSIONS),
+            }
+        ),
+        flush=True,
+    )
+    try:
+        threading.Event().wait()
+    except KeyboardInterrupt:
+        shop.stop()
+
+
+if __name__ == "__main__":
+    main()

@@ -19,10 +19,10 @@ What it does, and why each way:
   ``allowOverRefunding`` is never sent. ``userErrors`` (HTTP 200) become ``ShopifyRefused``
   with Shopify's sentence; a key whose earlier attempt failed is ``ShopifyKeySpent`` (Shopify
   asks for a new key: the claim that owns this one did not move money).
-* **THROTTLED** is waited out: the answer's ``extensions.cost`` says how many points the
-  request needs, how many are available and the restore rate, so the wait is exactly
-  ``(needed - available) / restoreRate``; retried while the time budget allows, then
-  ``ShopifyThrottled``. A throttled request ran nothing, so retrying it (a mutation
+* **THROTTLED** is waited out (``deskhand.infra.retry.SHOPIFY``): the answer's
+  ``extensions.cost`` says how many points the request needs, how many are available and
+  the restore rate, so the wait is exactly ``(needed - available) / restoreRate``; retried
+  while the time budget allows, then ``ShopifyThrottled``. A throttled request ran nothing, so retrying it (a mutation
   included) is safe. A lost connection is retried too for reads and for the refund (its
   idempotency key makes the retry the same refund), never for ``orderCancel``.
 * **A cancellation** is ``orderCancel``, which answers a job: ``order_cancel`` returns its id,
@@ -42,9 +42,10 @@ from typing import Any
 import httpx
 
 from deskhand.domain.desk.money import AmountMalformed, decimal_from_minor, minor_from_decimal
+from deskhand.infra import retry
 
 API_VERSION = "2026-01"
-TIME_BUDGET_SECONDS = 20.0  # a call's throttle and network retries, all told
+TIME_BUDGET_SECONDS = retry.SHOPIFY.budget_seconds  # a call's retries, all told
 REQUEST_TIMEOUT_SECONDS = 10.0
 JOB_POLL_SECONDS = 0.25
 
@@ -67,6 +68,14 @@ class ShopifyQueryError(ShopifyError):
 
 class ShopifyThrottled(ShopifyUnavailable):
     """The cost budget did not refill within the time budget; nothing ran."""
+
+
+class _Throttled(Exception):
+    """One THROTTLED answer, with the seconds until the bucket holds what was asked."""
+
+    def __init__(self, seconds: float) -> None:
+        super().__init__(f"throttled for {seconds:.2f} s")
+        self.seconds = seconds
 
 
 class ShopifyRefused(ShopifyError):
@@ -279,32 +288,41 @@ class ShopifyClient:
     def execute(
         self, query: str, variables: dict[str, Any] | None = None, *, retry_lost: bool = True
     ) -> dict[str, Any]:
-        """``data`` of one document, after waiting out THROTTLED within the time budget.
+        """``data`` of one document, tried again as ``retry.SHOPIFY`` says (within this
+        client's time budget): a THROTTLED answer after the wait its cost figures name, and,
+        when ``retry_lost`` (reads and idempotent writes only), a request whose answer never
+        came or was a 429/5xx."""
 
-        ``retry_lost``: whether a request whose answer never came may be sent again (only
-        for reads and idempotent writes)."""
-        deadline = self.clock() + self.time_budget
-        while True:
-            try:
-                answer = self._post(query, variables or {})
-            except ShopifyUnavailable:
-                if not retry_lost or self.clock() + JOB_POLL_SECONDS > deadline:
-                    raise
-                self.sleep(JOB_POLL_SECONDS)
-                continue
+        def attempt() -> dict[str, Any]:
+            answer = self._post(query, variables or {})
             errors = answer.get("errors") or []
-            throttled = [
-                e for e in errors if (e.get("extensions") or {}).get("code") == "THROTTLED"
-            ]
-            if not throttled:
-                break
-            wait = self.refill_seconds(answer)
-            if self.clock() + wait > deadline:
+            if any((e.get("extensions") or {}).get("code") == "THROTTLED" for e in errors):
+                raise _Throttled(self.refill_seconds(answer))
+            return answer
+
+        def transient(exc: BaseException) -> bool:
+            return isinstance(exc, _Throttled) or (
+                retry_lost and isinstance(exc, ShopifyUnavailable)
+            )
+
+        def gave_up(exc: BaseException, calls: int) -> dict[str, Any]:
+            if isinstance(exc, _Throttled):
                 raise ShopifyThrottled(
-                    f"Shopify's rate limit did not allow the request within {self.time_budget:g} s; "
-                    "nothing was done."
+                    f"Shopify's rate limit did not allow the request within {self.time_budget:g} s"
+                    f" ({calls} attempt(s)); nothing was done."
                 )
-            self.sleep(wait)
+            raise exc
+
+        answer = retry.retry_call(
+            attempt,
+            dataclasses.replace(retry.SHOPIFY, budget_seconds=self.time_budget),
+            transient=transient,
+            named_wait=lambda exc: exc.seconds if isinstance(exc, _Throttled) else None,
+            gave_up=gave_up,
+            sleep=self.sleep,
+            clock=self.clock,
+        )
+        errors = answer.get("errors") or []
         if errors:
             raise ShopifyQueryError(
                 "Shopify refused the request: " + "; ".join(str(e.get("message")) for e in errors)
@@ -360,17 +378,21 @@ class ShopifyClient:
         return [o for o in orders if o.email.lower() == email.strip().lower()]
 
     def order_by_name(self, name: str) -> Order | None:
-        """The order called ``name`` (``#1001``; ``1001`` is read as ``#1001``)."""
-        wanted = name.strip() if name.strip().startswith("#") else "#" + name.strip()
-        data = self.execute(ORDERS_QUERY, {"query": f"name:{_search_value(wanted)}", "first": 5})
-        return next(
-            (
+        """The order called ``name``. Shopify names orders ``#1001`` unless the store set a
+        prefix of its own, so ``1001`` is looked up as given and then as ``#1001``."""
+        given = name.strip()
+        for wanted in (given, "#" + given) if not given.startswith("#") else (given,):
+            data = self.execute(
+                ORDERS_QUERY, {"query": f"name:{_search_value(wanted)}", "first": 5}
+            )
+            found = [
                 o
                 for o in map(order_from, data["orders"]["nodes"])
                 if o.name.lower() == wanted.lower()
-            ),
-            None,
-        )
+            ]
+            if found:
+                return found[0]
+        return None
 
     def order(self, gid: str) -> Order | None:
         """One order as Shopify has it now: what an effect checks just before it pays."""
