@@ -22,7 +22,7 @@ REFUND = """
 mutation R($input: RefundInput!) {
   refundCreate(input: $input) @idempotent(key: "%s") {
     refund { id totalRefundedSet { shopMoney { amount currencyCode } } }
-    userErrors { field message code }
+    userErrors { field message }
   }
 }"""
 
@@ -215,7 +215,7 @@ def test_a_refund_above_what_is_left_is_a_user_error_and_refunds_nothing(shop):
     payload = answer.json()["data"]["refundCreate"]
     assert payload["refund"] is None
     (error,) = payload["userErrors"]
-    assert error["code"] == "REFUND_AMOUNT_EXCEEDS_REFUNDABLE"
+    assert set(error) == {"field", "message"}  # RefundCreatePayload's UserError: no code
     assert error["field"] == ["transactions", "0", "amount"]
     assert "80.00 USD" in error["message"]
     assert sum(r.amount for r in shop.refunds_of(gid)) == 2000
@@ -226,7 +226,7 @@ def test_over_refunding_is_refused_even_when_asked_for(shop):
     variables = refund_input(shop, gid, "100.01")
     variables["input"]["allowOverRefunding"] = True
     payload = gql(shop, REFUND % "k-allow", variables).json()["data"]["refundCreate"]
-    assert payload["userErrors"][0]["code"] == "REFUND_AMOUNT_EXCEEDS_REFUNDABLE"
+    assert "greater than" in payload["userErrors"][0]["message"]
     assert shop.refunds_of(gid) == []
 
 
@@ -244,11 +244,9 @@ def test_the_same_key_and_input_refund_once_and_answer_the_same_refund(shop):
 def test_the_same_key_with_other_input_is_the_documented_mismatch(shop):
     gid = shop.add_order("#1001", "dana@example.com", 10000)
     gql(shop, REFUND % "ledger-2", refund_input(shop, gid, "38.00"))
-    payload = gql(shop, REFUND % "ledger-2", refund_input(shop, gid, "20.00")).json()["data"][
-        "refundCreate"
-    ]
-    assert payload["refund"] is None
-    assert payload["userErrors"][0]["code"] == "IDEMPOTENCY_KEY_PARAMETER_MISMATCH"
+    body = gql(shop, REFUND % "ledger-2", refund_input(shop, gid, "20.00")).json()
+    assert body["data"]["refundCreate"] is None
+    assert codes(body) == ["IDEMPOTENCY_KEY_PARAMETER_MISMATCH"]
     assert [r.amount for r in shop.refunds_of(gid)] == [3800]
 
 
@@ -260,9 +258,8 @@ def test_a_key_whose_attempt_failed_asks_for_a_new_key(shop):
         "The card network declined the refund."
     )
     again = gql(shop, REFUND % "ledger-3", refund_input(shop, gid, "38.00")).json()
-    assert again["data"]["refundCreate"]["userErrors"][0]["code"] == (
-        "IDEMPOTENCY_PREVIOUS_ATTEMPT_FAILED"
-    )
+    assert again["data"]["refundCreate"] is None
+    assert codes(again) == ["IDEMPOTENCY_PREVIOUS_ATTEMPT_FAILED"]
     fresh = gql(shop, REFUND % "ledger-4", refund_input(shop, gid, "38.00")).json()
     assert fresh["data"]["refundCreate"]["userErrors"] == []
     assert [r.amount for r in shop.refunds_of(gid)] == [3800]
@@ -303,7 +300,8 @@ def test_a_cancellation_answers_a_job_that_is_done_later(shop):
     assert payload["job"]["done"] is False
     job = payload["job"]["id"]
     again = gql(shop, cancel, {"id": gid}).json()["data"]["orderCancel"]
-    assert again["orderCancelUserErrors"][0]["code"] == "ORDER_ALREADY_CANCELLED"
+    assert again["orderCancelUserErrors"][0]["code"] == "INVALID"
+    assert "already been cancelled" in again["orderCancelUserErrors"][0]["message"]
 
     def done() -> bool:
         return gql(shop, "query($id: ID!) { job(id: $id) { done } }", {"id": job}).json()["data"][

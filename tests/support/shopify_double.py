@@ -7,7 +7,8 @@ authenticated by ``X-Shopify-Access-Token`` (a wrong one is Shopify's 401 with i
 ``{"errors": "[API] Invalid API key or access token ..."}``), and behaves as shopify.dev
 documents:
 
-* **Strict schema.** Every document is parsed and validated with graphql-core against
+* **Strict schema.** Every document is parsed and validated with graphql-core
+  (``shopify_graphql.py``) against
   ``shopify_admin.graphql``, written from the documented types Deskhand uses (with
   ``directive @idempotent(key: String!) on FIELD``). An unknown field, an unknown argument,
   a literal or variable of the wrong type is refused before anything runs, HTTP 200 with
@@ -15,7 +16,8 @@ documents:
   ``argumentNotAccepted``, ``argumentLiteralsIncompatible``, ``variableMismatch``,
   ``missingRequiredArguments``, ``INVALID_VARIABLE``, ``parseError``; others keep graphql-core's
   rule as the code). A connection asked without ``first`` is refused too, as Shopify does.
-* **Calculated query cost** (shopify.dev, "GraphQL Admin API rate limits"), computed on the
+* **Calculated query cost** (shopify.dev, "GraphQL Admin API rate limits"; the rules and the
+  validation live in ``shopify_graphql.py``), computed on the
   document before it runs: a scalar or enum field costs 0, an object field 1, a connection
   2 + ``first`` * (the cost of one node with its selection), a list of objects with ``first``
   ``first`` * one item, a mutation field 10 plus its payload's selection. A query over
@@ -33,14 +35,15 @@ documents:
   integers of minor units and never a float.
 * **refundCreate** refunds against an order's sale by transactions (``kind: REFUND``,
   ``parentId`` the sale, its ``gateway``), and answers ``userErrors`` (HTTP 200, never an
-  exception) for an unknown order (``NOT_FOUND``), a transaction that does not name a sale of
-  the order (``INVALID``), an amount that is not money of the order's currency (``INVALID``),
-  or more than is left on the sale (``REFUND_AMOUNT_EXCEEDS_REFUNDABLE``): it never
+  exception; ``RefundCreatePayload.userErrors`` is ``[UserError!]!``, a field and a message,
+  no code) for an unknown order, a transaction that does not name a sale of the order, an
+  amount that is not money of the order's currency, or more than is left on the sale: it never
   over-refunds, ``allowOverRefunding`` or not (every request is in ``requests``, so a test can
   assert Deskhand never sets it). ``@idempotent(key:)``, as in "Implementing idempotency":
   the same key with the same input answers the first result and refunds once; the same key
-  with other input answers ``IDEMPOTENCY_KEY_PARAMETER_MISMATCH``; a key whose first attempt
-  failed answers ``IDEMPOTENCY_PREVIOUS_ATTEMPT_FAILED`` ("retry with a new idempotency
+  with other input is a top-level error coded ``IDEMPOTENCY_KEY_PARAMETER_MISMATCH``
+  (``refundCreate`` null); a key whose first attempt failed (a userError) is
+  ``IDEMPOTENCY_PREVIOUS_ATTEMPT_FAILED`` ("retry with a new idempotency
   key"). Keys are kept ``key_window_seconds`` (24 h by default). From ``2026-04`` a
   ``refundCreate`` without the directive is refused, as Shopify announced.
 * **orderCancel** answers a ``Job`` (``done: false``) and ``orderCancelUserErrors``; the job is
@@ -70,7 +73,6 @@ from __future__ import annotations
 import base64
 import dataclasses
 import datetime as dt
-import functools
 import hashlib
 import hmac
 import itertools
@@ -83,34 +85,17 @@ import urllib.request
 from collections.abc import Callable
 from email.message import Message
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from pathlib import Path
 from typing import Any
 
 from graphql import (
     GraphQLError,
-    GraphQLObjectType,
     GraphQLSchema,
-    build_schema,
     execute,
-    get_named_type,
-    get_nullable_type,
-    is_leaf_type,
-    is_list_type,
     parse,
-    specified_rules,
-    validate,
 )
 from graphql.execution.values import get_variable_values
 from graphql.language import (
-    DocumentNode,
-    FieldNode,
-    FragmentDefinitionNode,
-    FragmentSpreadNode,
-    InlineFragmentNode,
-    IntValueNode,
     OperationDefinitionNode,
-    SelectionSetNode,
-    VariableNode,
 )
 
 from deskhand.domain.desk.money import (
@@ -119,32 +104,19 @@ from deskhand.domain.desk.money import (
     format_cents,
     minor_from_decimal,
 )
+from tests.support.shopify_graphql import (
+    MAX_QUERY_COST,
+    CostRefused,
+    admin_schema,
+    idempotency_key,
+    operation_of,
+    query_cost,
+    validation_errors,
+)
 
-SCHEMA_SDL = (Path(__file__).with_name("shopify_admin.graphql")).read_text()
 API_VERSIONS = ("2026-01", "2026-04")
 DEFAULT_TOKEN = "shpat_double_0123456789abcdef0123456789abcdef"
 DEFAULT_SECRET = "shpss_double_client_secret_for_webhook_hmac"
-MAX_QUERY_COST = 1000
-MUTATION_COST = 10
-
-# graphql-core's validation rule -> the code Shopify puts in ``extensions.code``.
-RULE_CODES = {
-    "FieldsOnCorrectTypeRule": "undefinedField",
-    "KnownArgumentNamesRule": "argumentNotAccepted",
-    "ValuesOfCorrectTypeRule": "argumentLiteralsIncompatible",
-    "VariablesInAllowedPositionRule": "variableMismatch",
-    "ProvidedRequiredArgumentsRule": "missingRequiredArguments",
-    "KnownDirectivesRule": "undefinedDirective",
-    "ScalarLeafsRule": "selectionMismatch",
-    "NoUndefinedVariablesRule": "variableNotDefined",
-    "NoUnusedVariablesRule": "variableNotUsed",
-}
-
-
-@functools.cache
-def _schema() -> GraphQLSchema:
-    """The schema, built once per process (graphql-core takes a good part of a second)."""
-    return build_schema(SCHEMA_SDL)
 
 
 def shopify_decimal(minor: int, currency: str) -> str:
@@ -315,7 +287,7 @@ class ShopifyDouble:
         self.job_seconds = job_seconds
         self.clock = clock
         self.compliance_uri = ""
-        self.schema: GraphQLSchema = _schema()
+        self.schema: GraphQLSchema = admin_schema()
         self.orders: dict[str, OrderRec] = {}
         self.customers: dict[str, CustomerRec] = {}
         self.subscriptions: dict[str, Subscription] = {}
@@ -598,10 +570,10 @@ class ShopifyDouble:
             document = parse(query)
         except GraphQLError as exc:
             return {"errors": [{**exc.formatted, "extensions": {"code": "parseError"}}]}
-        errors = self._validation_errors(document)
+        errors = validation_errors(self.schema, document)
         if errors:
             return {"errors": errors}
-        operation = _operation(document, body.get("operationName"))
+        operation = operation_of(document, body.get("operationName"))
         coerced = get_variable_values(self.schema, operation.variable_definitions or (), variables)
         if isinstance(coerced, list):
             return {
@@ -610,8 +582,10 @@ class ShopifyDouble:
                 ]
             }
         try:
-            cost = self._cost(document, operation, dict(getattr(coerced, "coerced", coerced)))
-        except _CostRefused as exc:
+            cost = query_cost(
+                self.schema, document, operation, dict(getattr(coerced, "coerced", coerced))
+            )
+        except CostRefused as exc:
             return {"errors": [_gql_error(str(exc), exc.code)]}
         if cost > MAX_QUERY_COST:
             return {
@@ -667,141 +641,6 @@ class ShopifyDouble:
         if root.search_warnings:
             answer["extensions"]["search"] = root.search_warnings
         return answer
-
-    def _validation_errors(self, document: DocumentNode) -> list[dict[str, Any]]:
-        errors: list[dict[str, Any]] = []
-        seen: set[str] = set()
-        for rule in specified_rules:
-            for error in validate(self.schema, document, [rule]):
-                if error.message in seen:
-                    continue
-                seen.add(error.message)
-                errors.append(
-                    {
-                        **error.formatted,
-                        "extensions": {"code": RULE_CODES.get(rule.__name__, rule.__name__)},
-                    }
-                )
-        return errors
-
-    def _cost(
-        self, document: DocumentNode, operation: OperationDefinitionNode, variables: dict[str, Any]
-    ) -> int:
-        fragments = {
-            d.name.value: d for d in document.definitions if isinstance(d, FragmentDefinitionNode)
-        }
-        mutation = operation.operation.value == "mutation"
-        root_type = self.schema.mutation_type if mutation else self.schema.query_type
-        assert root_type is not None
-        return _selection_cost(
-            operation.selection_set, root_type, fragments, variables, top_mutation=mutation
-        )
-
-
-class _CostRefused(Exception):
-    def __init__(self, message: str, code: str) -> None:
-        super().__init__(message)
-        self.code = code
-
-
-def _operation(document: DocumentNode, name: str | None) -> OperationDefinitionNode:
-    ops = [d for d in document.definitions if isinstance(d, OperationDefinitionNode)]
-    return next((o for o in ops if o.name and o.name.value == name), ops[0])
-
-
-def _fields(
-    selection_set: SelectionSetNode | None, fragments: dict[str, FragmentDefinitionNode]
-) -> list[FieldNode]:
-    out: list[FieldNode] = []
-    for sel in selection_set.selections if selection_set else ():
-        if isinstance(sel, FieldNode):
-            out.append(sel)
-        elif isinstance(sel, InlineFragmentNode):
-            out.extend(_fields(sel.selection_set, fragments))
-        elif isinstance(sel, FragmentSpreadNode):
-            out.extend(_fields(fragments[sel.name.value].selection_set, fragments))
-    return out
-
-
-def _first(node: FieldNode, variables: dict[str, Any]) -> int | None:
-    for arg in node.arguments or ():
-        if arg.name.value in ("first", "last"):
-            if isinstance(arg.value, IntValueNode):
-                return int(arg.value.value)
-            if isinstance(arg.value, VariableNode):
-                value = variables.get(arg.value.name.value)
-                return int(value) if isinstance(value, int) else None
-    return None
-
-
-def _selection_cost(
-    selection_set: SelectionSetNode | None,
-    parent: GraphQLObjectType,
-    fragments: dict[str, FragmentDefinitionNode],
-    variables: dict[str, Any],
-    *,
-    top_mutation: bool = False,
-) -> int:
-    total = 0
-    for node in _fields(selection_set, fragments):
-        if node.name.value.startswith("__"):
-            continue
-        field = parent.fields[node.name.value]
-        named = get_named_type(field.type)
-        if top_mutation:
-            assert isinstance(named, GraphQLObjectType)
-            total += MUTATION_COST + _selection_cost(
-                node.selection_set, named, fragments, variables
-            )
-            continue
-        if is_leaf_type(named):
-            continue
-        assert isinstance(named, GraphQLObjectType)
-        first = _first(node, variables)
-        if named.name.endswith("Connection"):
-            if first is None:
-                raise _CostRefused(
-                    f"you must provide one of first or last (field '{node.name.value}')",
-                    "missingFirstOrLast",
-                )
-            per_item = 0
-            for inner in _fields(node.selection_set, fragments):
-                if inner.name.value == "edges":
-                    edge = get_named_type(named.fields["edges"].type)
-                    assert isinstance(edge, GraphQLObjectType)
-                    for n in _fields(inner.selection_set, fragments):
-                        if n.name.value == "node":
-                            node_type = get_named_type(edge.fields["node"].type)
-                            assert isinstance(node_type, GraphQLObjectType)
-                            per_item += 1 + _selection_cost(
-                                n.selection_set, node_type, fragments, variables
-                            )
-                elif inner.name.value == "nodes":
-                    node_type = get_named_type(named.fields["nodes"].type)
-                    assert isinstance(node_type, GraphQLObjectType)
-                    per_item += 1 + _selection_cost(
-                        inner.selection_set, node_type, fragments, variables
-                    )
-            total += 2 + first * per_item
-            continue
-        item = 1 + _selection_cost(node.selection_set, named, fragments, variables)
-        is_list = is_list_type(get_nullable_type(field.type))  # type: ignore[arg-type]
-        total += item * (first if is_list and first is not None else 1)
-    return total
-
-
-def _idempotency_key(
-    operation: OperationDefinitionNode, field: str, variables: dict[str, Any]
-) -> str | None:
-    for node in operation.selection_set.selections:
-        if isinstance(node, FieldNode) and node.name.value == field:
-            for directive in node.directives or ():
-                if directive.name.value == "idempotent":
-                    value = directive.arguments[0].value
-                    if isinstance(value, VariableNode):
-                        return str(variables.get(value.name.value))
-                    return str(getattr(value, "value", ""))
-    return None
 
 
 def _connection(
@@ -1013,7 +852,7 @@ class _Root:
         variables = getattr(
             info.variable_values, "coerced", info.variable_values
         )  # graphql-core 3.3
-        key = _idempotency_key(self.operation, info.field_name, dict(variables))
+        key = idempotency_key(self.operation, info.field_name, dict(variables))
         if key is None and self.version >= "2026-04":
             raise GraphQLError(
                 "The @idempotent directive is required for this mutation.",
@@ -1028,12 +867,12 @@ class _Root:
                     del self.s._keys[key]
                 if stored is not None:
                     if stored.fingerprint != fingerprint:
-                        return _user_error(
+                        raise _idempotency_error(
                             "IDEMPOTENCY_KEY_PARAMETER_MISMATCH",
                             "The same idempotency key cannot be used with different operation parameters.",
                         )
                     if stored.refund is None:
-                        return _user_error(
+                        raise _idempotency_error(
                             "IDEMPOTENCY_PREVIOUS_ATTEMPT_FAILED",
                             "A previous request with this idempotency key failed. Retry with a new idempotency key.",
                         )
@@ -1058,41 +897,34 @@ class _Root:
     def _refund_create(self, input: dict[str, Any]) -> tuple[dict[str, Any], RefundRec | None]:
         order = self.s.orders.get(input["orderId"])
         if order is None:
-            return _user_error("NOT_FOUND", "Order does not exist", ["orderId"]), None
+            return _user_error("Order does not exist", ["orderId"]), None
         if input.get("currency") and input["currency"] != order.currency:
-            return _user_error("INVALID", f"Currency must be {order.currency}", ["currency"]), None
+            return _user_error(f"Currency must be {order.currency}", ["currency"]), None
         txns = input.get("transactions") or []
         if not txns:
-            return _user_error(
-                "INVALID", "A refund needs transactions or line items.", ["transactions"]
-            ), None
+            return _user_error("A refund needs transactions or line items.", ["transactions"]), None
         parts: list[tuple[Txn, int]] = []
         for i, t in enumerate(txns):
             where = ["transactions", str(i)]
             sale = next((s for s in order.sales if s.gid == t.get("parentId")), None)
             if t["orderId"] != order.gid or t["kind"] != "REFUND" or sale is None:
                 return _user_error(
-                    "INVALID", "Transaction must refund a sale of this order.", [*where, "parentId"]
+                    "Transaction must refund a sale of this order.", [*where, "parentId"]
                 ), None
             if t["gateway"] != sale.gateway:
-                return _user_error(
-                    "INVALID", f"Gateway must be {sale.gateway}.", [*where, "gateway"]
-                ), None
+                return _user_error(f"Gateway must be {sale.gateway}.", [*where, "gateway"]), None
             try:
                 amount = minor_from_decimal(str(t["amount"]), order.currency)
             except AmountMalformed:
                 return _user_error(
-                    "INVALID", f"Amount is not valid {order.currency}.", [*where, "amount"]
+                    f"Amount is not valid {order.currency}.", [*where, "amount"]
                 ), None
             if amount <= 0:
-                return _user_error(
-                    "INVALID", "Amount must be greater than 0.", [*where, "amount"]
-                ), None
+                return _user_error("Amount must be greater than 0.", [*where, "amount"]), None
             left = order.left_on(sale) - sum(a for s, a in parts if s is sale)
             if amount > left:
                 return (
                     _user_error(
-                        "REFUND_AMOUNT_EXCEEDS_REFUNDABLE",
                         f"Refund amount {format_cents(amount, order.currency)} is greater "
                         f"than net payment received {format_cents(left, order.currency)}.",
                         [*where, "amount"],
@@ -1101,7 +933,7 @@ class _Root:
                 )
             parts.append((sale, amount))
         if self.s._fail_next:
-            return _user_error("INVALID", self.s._fail_next.pop(0), ["transactions"]), None
+            return _user_error(self.s._fail_next.pop(0), ["transactions"]), None
         refund = self.s._make_refund(order, parts, input.get("note") or "")
         return {
             "order": self._order(order),
@@ -1139,7 +971,7 @@ class _Root:
                         {
                             "field": ["orderId"],
                             "message": "Order has already been cancelled.",
-                            "code": "ORDER_ALREADY_CANCELLED",
+                            "code": "INVALID",
                         }
                     ],
                 }
@@ -1194,11 +1026,17 @@ def _subscription(s: Subscription) -> dict[str, Any]:
     }
 
 
-def _user_error(code: str, message: str, field: list[str] | None = None) -> dict[str, Any]:
+def _idempotency_error(code: str, message: str) -> GraphQLError:
+    """An ``@idempotent`` refusal: a top-level error with its code (the payload's
+    ``UserError`` has no code field), ``refundCreate`` itself null."""
+    return GraphQLError(message, extensions={"code": code})
+
+
+def _user_error(message: str, field: list[str] | None = None) -> dict[str, Any]:
     return {
         "order": None,
         "refund": None,
-        "userErrors": [{"field": field, "message": message, "code": code}],
+        "userErrors": [{"field": field, "message": message}],
     }
 
 

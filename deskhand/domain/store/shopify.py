@@ -16,9 +16,12 @@ What it does, and why each way:
   comes back is checked against what was asked.
 * **A refund** is ``refundCreate`` with ``@idempotent(key: <the ledger key>)`` and one
   transaction of kind ``REFUND`` against the order's sale, for exactly the amount;
-  ``allowOverRefunding`` is never sent. ``userErrors`` (HTTP 200) become ``ShopifyRefused``
-  with Shopify's sentence; a key whose earlier attempt failed is ``ShopifyKeySpent`` (Shopify
-  asks for a new key: the claim that owns this one did not move money).
+  ``allowOverRefunding`` is never sent. ``userErrors`` (HTTP 200; a field and a message) become
+  ``ShopifyRefused`` with Shopify's sentence. The directive's own refusals are top-level errors
+  with a code: a key reused with other input is a ``ShopifyRefused``
+  (``IDEMPOTENCY_KEY_PARAMETER_MISMATCH``), a key whose earlier attempt failed is
+  ``ShopifyKeySpent`` (Shopify asks for a new key: the claim that owns this one did not move
+  money), and ``IDEMPOTENCY_CONCURRENT_REQUEST`` is waited out like a lost answer.
 * **THROTTLED** is waited out (``deskhand.infra.retry.SHOPIFY``): the answer's
   ``extensions.cost`` says how many points the request needs, how many are available and
   the restore rate, so the wait is exactly ``(needed - available) / restoreRate``; retried
@@ -168,7 +171,7 @@ REFUND_MUTATION = (
     "mutation Refund($input: RefundInput!, $key: String!) {"
     " refundCreate(input: $input) @idempotent(key: $key) {"
     f" refund {{ id createdAt note totalRefundedSet {{ {_MONEY} }} }}"
-    " userErrors { field message code } } }"
+    " userErrors { field message } } }"
 )
 CANCEL_MUTATION = (
     "mutation Cancel($orderId: ID!, $reason: OrderCancelReason!, $restock: Boolean!,"
@@ -295,9 +298,11 @@ class ShopifyClient:
 
         def attempt() -> dict[str, Any]:
             answer = self._post(query, variables or {})
-            errors = answer.get("errors") or []
-            if any((e.get("extensions") or {}).get("code") == "THROTTLED" for e in errors):
+            codes = {(e.get("extensions") or {}).get("code") for e in answer.get("errors") or []}
+            if "THROTTLED" in codes:
                 raise _Throttled(self.refill_seconds(answer))
+            if "IDEMPOTENCY_CONCURRENT_REQUEST" in codes:
+                raise ShopifyUnavailable("Another request under the same key is in progress.")
             return answer
 
         def transient(exc: BaseException) -> bool:
@@ -323,6 +328,14 @@ class ShopifyClient:
             clock=self.clock,
         )
         errors = answer.get("errors") or []
+        for error in errors:
+            # ``@idempotent`` refusals are top-level errors with a code (refundCreate's
+            # UserError has none): a key reused with other input, or a key already spent.
+            code = (error.get("extensions") or {}).get("code")
+            if code == "IDEMPOTENCY_PREVIOUS_ATTEMPT_FAILED":
+                raise ShopifyKeySpent(str(error.get("message")), code)
+            if code == "IDEMPOTENCY_KEY_PARAMETER_MISMATCH":
+                raise ShopifyRefused(str(error.get("message")), code)
         if errors:
             raise ShopifyQueryError(
                 "Shopify refused the request: " + "; ".join(str(e.get("message")) for e in errors)
@@ -427,12 +440,7 @@ class ShopifyClient:
         data = self.execute(REFUND_MUTATION, {"input": refund_input, "key": key})
         payload = data.get("refundCreate") or {}
         for error in payload.get("userErrors") or []:
-            kind = (
-                ShopifyKeySpent
-                if error.get("code") == "IDEMPOTENCY_PREVIOUS_ATTEMPT_FAILED"
-                else ShopifyRefused
-            )
-            raise kind(error["message"], error.get("code"), error.get("field"))
+            raise ShopifyRefused(error["message"], None, error.get("field"))
         r = payload.get("refund")
         if not r:
             raise ShopifyQueryError(
