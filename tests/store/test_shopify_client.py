@@ -253,3 +253,12 @@ def test_the_same_key_sent_from_five_threads_at_once_refunds_once(shop):
             )
     assert len({r.gid for r in refunds}) == 1
     assert [r.amount for r in shop.refunds_of(gid)] == [3800]
+
+
+def test_a_cancellation_never_refunds_by_itself(shop, client):
+    gid = shop.add_order("#1001", "dana@example.com", 10000)
+    assert client.job_wait(client.order_cancel(gid), budget=10)
+    (sent,) = [r for r in shop.requests if "orderCancel" in r.query]
+    assert "refundMethod: {originalPaymentMethodsRefund: false}" in sent.query
+    assert shop.refunds_of(gid) == []
+    assert client.order(gid).remainder == 10000

@@ -948,13 +948,16 @@ class _Root:
         reason: str,
         restock: bool,
         refund: bool | None = None,
+        refundMethod: dict[str, Any] | None = None,  # noqa: N803
         **_: Any,
     ) -> dict[str, Any]:
+        refund = bool(refund) or bool((refundMethod or {}).get("originalPaymentMethodsRefund"))
         with self.s._lock:
             order = self.s.orders.get(orderId)
             if order is None:
                 return {
                     "job": None,
+                    "userErrors": [],
                     "orderCancelUserErrors": [
                         {
                             "field": ["orderId"],
@@ -967,6 +970,7 @@ class _Root:
             if order.cancelled or pending:
                 return {
                     "job": None,
+                    "userErrors": [],
                     "orderCancelUserErrors": [
                         {
                             "field": ["orderId"],
@@ -982,7 +986,11 @@ class _Root:
         )
         timer.daemon = True
         timer.start()
-        return {"job": {"id": job.gid, "done": False}, "orderCancelUserErrors": []}
+        return {
+            "job": {"id": job.gid, "done": False},
+            "orderCancelUserErrors": [],
+            "userErrors": [],
+        }
 
     def webhookSubscriptionCreate(
         self, info: Any, topic: str, webhookSubscription: dict[str, Any]

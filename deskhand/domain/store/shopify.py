@@ -173,11 +173,14 @@ REFUND_MUTATION = (
     f" refund {{ id createdAt note totalRefundedSet {{ {_MONEY} }} }}"
     " userErrors { field message } } }"
 )
+# A cancellation never refunds by itself (``refundMethod`` says so explicitly): money moves only
+# through refundCreate, under a person's consent and the ledger's key.
 CANCEL_MUTATION = (
     "mutation Cancel($orderId: ID!, $reason: OrderCancelReason!, $restock: Boolean!,"
     " $notify: Boolean, $note: String) {"
     " orderCancel(orderId: $orderId, reason: $reason, restock: $restock,"
-    " notifyCustomer: $notify, staffNote: $note) {"
+    " notifyCustomer: $notify, staffNote: $note,"
+    " refundMethod: {originalPaymentMethodsRefund: false}) {"
     " job { id done } orderCancelUserErrors { field message code } } }"
 )
 JOB_QUERY = "query Job($id: ID!) { job(id: $id) { id done } }"
