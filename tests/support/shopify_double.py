@@ -948,7 +948,7 @@ class _Root:
         reason: str,
         restock: bool,
         refund: bool | None = None,
-        refundMethod: dict[str, Any] | None = None,  # noqa: N803
+        refundMethod: dict[str, Any] | None = None,
         **_: Any,
     ) -> dict[str, Any]:
         refund = bool(refund) or bool((refundMethod or {}).get("originalPaymentMethodsRefund"))
