@@ -262,3 +262,30 @@ def test_a_cancellation_never_refunds_by_itself(shop, client):
     assert "refundMethod: {originalPaymentMethodsRefund: false}" in sent.query
     assert shop.refunds_of(gid) == []
     assert client.order(gid).remainder == 10000
+
+
+def test_the_clients_documents_hold_on_the_next_version_too(shop):
+    """An upgrade is tested like any contract: 2026-04 makes @idempotent mandatory for
+    refundCreate, and every document of the client already carries it."""
+    gid = shop.add_order("#1001", "dana@example.com", 10000)
+    with client_of(shop, api_version="2026-04") as c:
+        order = c.order_by_name("#1001")
+        refund = c.refund_create(order, 3800, key="ledger:next-version")
+        assert c.job_wait(c.order_cancel(gid), budget=10)
+        c.webhook_subscriptions()
+    assert refund.amount == 3800
+    assert {r.version for r in shop.requests} == {"2026-04"}
+    assert all("errors" not in r.answer for r in shop.requests)
+
+
+def test_no_log_line_holds_the_token(shop, caplog):
+    import logging
+
+    caplog.set_level(logging.DEBUG)
+    gid = shop.add_order("#1001", "dana@example.com", 10000)
+    with client_of(shop) as c:
+        c.refund_create(c.order(gid), 100, key="ledger:logs")
+        with pytest.raises(ShopifyRefused):
+            c.refund_create(c.order(gid), 100_000, key="ledger:logs-2")
+    assert caplog.records  # httpx did log its requests
+    assert shop.access_token not in caplog.text

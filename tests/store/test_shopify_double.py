@@ -398,3 +398,21 @@ def test_customers_redact_goes_to_the_compliance_address(shop, inbox):
     assert shopify_webhook_verified(
         shop.client_secret, delivery.body, delivery.headers["X-Shopify-Hmac-Sha256"]
     )
+
+
+def test_a_cancellation_that_asks_for_a_refund_refunds_what_is_left(shop):
+    gid = shop.add_order("#1001", "dana@example.com", 10000)
+    shop.refund_directly(gid, 2000)
+    cancel = (
+        "mutation($id: ID!) { orderCancel(orderId: $id, reason: FRAUD, restock: false,"
+        " refundMethod: {originalPaymentMethodsRefund: true}) { job { id } } }"
+    )
+    job = gql(shop, cancel, {"id": gid}).json()["data"]["orderCancel"]["job"]["id"]
+    until(
+        "the cancel job",
+        lambda: gql(shop, "query($id: ID!) { job(id: $id) { done } }", {"id": job}).json()["data"][
+            "job"
+        ]["done"],
+        timeout=10,
+    )
+    assert [r.amount for r in shop.refunds_of(gid)] == [2000, 8000]
