@@ -30,13 +30,13 @@ class SealBroken(ValueError):
 def _keyring() -> MultiFernet:
     keys = [k.strip() for k in str(settings.DESKHAND_SECRET_KEYS).split(",") if k.strip()]
     if not keys:
-        raise SealBroken("DESKHAND_SECRET_KEYS holds no key: set one (Fernet.generate_key()).")
+        raise SealBroken("No sealing key: set DESKHAND_SECRET_KEYS (Fernet.generate_key()).")
     try:
         return MultiFernet([Fernet(k.encode()) for k in keys])
     except ValueError:
         raise SealBroken(
-            "DESKHAND_SECRET_KEYS must hold Fernet keys (44 url-safe base64 characters each), "
-            "comma-separated."
+            "The sealing keys in DESKHAND_SECRET_KEYS must be Fernet keys (44 url-safe base64 "
+            "characters each), comma-separated."
         ) from None
 
 
