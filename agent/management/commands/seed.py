@@ -55,7 +55,7 @@ from deskhand.domain.desk.models import (
 
 DEMO_PASSWORD = "demo-password-123"
 AUDITOR_EMAIL = "auditor@deskhand.test"
-AUDITED_APPS = ("desk", "mail", "apikeys", "agent", "approvals")
+AUDITED_APPS = ("desk", "mail", "apikeys", "store", "agent", "approvals")
 
 
 @functools.cache
