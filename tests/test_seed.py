@@ -226,7 +226,14 @@ def test_the_auditor_can_view_the_audit_trail_and_change_nothing(seeded):
         "approvals.view_approval",
     } <= perms
     assert all(p.split(".")[1].startswith("view_") for p in perms)
-    assert {p.split(".")[0] for p in perms} == {"desk", "mail", "apikeys", "store", "agent", "approvals"}
+    assert {p.split(".")[0] for p in perms} == {
+        "desk",
+        "mail",
+        "apikeys",
+        "store",
+        "agent",
+        "approvals",
+    }
     assert not auditor.has_perm("desk.change_refund")
     assert authenticate(username="auditor@deskhand.test", password="demo-password-123") == auditor
 
