@@ -44,11 +44,13 @@ Outcome = Literal["created", "updated", "unchanged"]
 
 class PushRefused(Exception):
     """A push that was not stored; ``status`` is 409 (conflict with what is stored) or 422
-    (the order itself is wrong), the message a sentence for the sender."""
+    (the order itself is wrong), ``kind`` names the rule, the message is a sentence for the
+    sender."""
 
-    def __init__(self, status: int, message: str) -> None:
+    def __init__(self, status: int, kind: str, message: str) -> None:
         super().__init__(message)
         self.status = status
+        self.kind = kind
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -156,7 +158,7 @@ def pushed_order_upsert(*, merchant_id: int, order: PushedOrder, now: dt.datetim
     """
     problem = pushed_order_problem(order)
     if problem:
-        raise PushRefused(422, f"Order {order.reference}: {problem}")
+        raise PushRefused(422, "invalid-order", f"Order {order.reference}: {problem}")
     with transaction.atomic():
         merchant = Merchant.locked(merchant_id)
         stored = (
@@ -180,12 +182,14 @@ def pushed_order_upsert(*, merchant_id: int, order: PushedOrder, now: dt.datetim
         if stored.source != OrderSourceKind.PUSHED:
             raise PushRefused(
                 409,
+                "not-pushed",
                 f"Order {stored.reference} was made in Deskhand, not pushed by your system; "
                 "it is not replaced. Push it under another reference.",
             )
         if order.version < stored.version:
             raise PushRefused(
                 409,
+                "stale-version",
                 f"Version {order.version} of order {stored.reference} is older than the stored "
                 f"version {stored.version}; the newer one is kept.",
             )
@@ -194,12 +198,14 @@ def pushed_order_upsert(*, merchant_id: int, order: PushedOrder, now: dt.datetim
                 return Pushed(order=stored, outcome="unchanged")
             raise PushRefused(
                 409,
+                "version-reused",
                 f"Version {order.version} of order {stored.reference} is already stored with "
                 "other content; send the change with a higher version.",
             )
         if stored.customer.email.lower() != order.customer_email.strip().lower():
             raise PushRefused(
                 409,
+                "customer-changed",
                 f"Order {stored.reference} belongs to another customer; an order's customer "
                 "does not change.",
             )
@@ -207,12 +213,14 @@ def pushed_order_upsert(*, merchant_id: int, order: PushedOrder, now: dt.datetim
         if order.total_cents < refunded:
             raise PushRefused(
                 409,
+                "below-refunded",
                 f"Order {stored.reference} has {refunded} (minor units) refunded already; its "
                 f"total cannot become {order.total_cents}.",
             )
         if stored.refunds.exists() and order.currency != stored.currency:
             raise PushRefused(
                 409,
+                "currency-changed",
                 f"Order {stored.reference} has refunds in {stored.currency}; its currency "
                 "does not change.",
             )
