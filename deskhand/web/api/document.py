@@ -257,6 +257,12 @@ def _events(schema: dict[str, Any], components: dict[str, Any]) -> None:
             True,
         ),
         (
+            "refund.created",
+            "A refund was made on an order the store pushed",
+            _component(components, webhooks.RefundCreatedEvent),
+            True,
+        ),
+        (
             "helpdesk.reply",
             "The agent's reply on a help desk's ticket, to the source's reply_url",
             _component(components, webhooks.DeskReply),
