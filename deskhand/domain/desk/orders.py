@@ -105,7 +105,8 @@ class OrderSource(Protocol):
     ``None`` for a reference the merchant has no order under. Both may raise
     ``SourceUnavailable``."""
 
-    kind: str
+    @property
+    def kind(self) -> str: ...
 
     def orders_for_customer(self, email: str, *, limit: int = 20) -> list[OrderFacts]: ...
 

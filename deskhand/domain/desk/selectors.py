@@ -54,9 +54,10 @@ def _by_reference[M: Ticket | Order](
     source: str | None = None,
 ) -> M | None:
     where, params = _BY_REFERENCE, (merchant_id, _normal_reference(reference))
+    params_all: tuple[Any, ...] = params
     if source is not None:
-        where, params = where + _AND_SOURCE, (*params, source)
-    found = rows_where(model, where, params, related=related, order_by='t0."id"', limit=1)
+        where, params_all = where + _AND_SOURCE, (*params, source)
+    found = rows_where(model, where, params_all, related=related, order_by='t0."id"', limit=1)
     return found[0] if found else None
 
 
@@ -92,13 +93,6 @@ def order_get(
 
 def customer_get_by_email(*, merchant_id: int, email: str) -> Customer | None:
     return Customer.objects.filter(merchant_id=merchant_id, email__iexact=email.strip()).first()
-
-
-def customer_orders(*, merchant_id: int, customer_id: int, limit: int = 20) -> QuerySet[Order]:
-    """The customer's most recent orders, newest first."""
-    return Order.objects.filter(merchant_id=merchant_id, customer_id=customer_id).order_by(
-        "-placed_at", "-id"
-    )[:limit]
 
 
 def customer_orders_by_email(
