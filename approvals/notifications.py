@@ -231,6 +231,7 @@ def notify_run_finished(run: Any) -> list[Notification]:
 
 
 def refund_created_payload(refund: Refund, merchant_slug: str) -> dict[str, object]:
+    """No reason: the agent's words go when a customer is erased, and a delivery outlives that."""
     order = refund.order
     return {
         "event": NotificationEvent.REFUND_CREATED.value,
@@ -242,7 +243,6 @@ def refund_created_payload(refund: Refund, merchant_slug: str) -> dict[str, obje
             "amount_cents": refund.amount_cents,
             "currency": refund.currency,
             "provider_refund_id": refund.provider_refund_id or None,
-            "reason": refund.reason,
             "created_at": refund.created_at.isoformat(),
         },
     }

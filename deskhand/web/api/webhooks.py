@@ -134,14 +134,14 @@ class RefundFacts(_Strict):
         description="The refund's id at the payment provider; null for one made in Deskhand's "
         "own database."
     )
-    reason: str
     created_at: dt.datetime
 
 
 class RefundCreatedEvent(_Strict):
     """Money went back on an order the store pushed (``PUT /api/v1/orders/{reference}``):
     the store's own system, which holds the order, records the refund. Sent once the refund
-    has moved; at least once, so deduplicate on ``delivery_id``."""
+    has moved; at least once, so deduplicate on ``delivery_id``. No reason and nothing a
+    customer wrote: the run (``GET /api/v1/runs/{id}``) says why."""
 
     event: Literal["refund.created"]
     merchant: str
