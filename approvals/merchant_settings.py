@@ -3,7 +3,7 @@
 Two sets, two people. **The owner's** (``OWNER_FIELDS``) shape how the desk works for their
 store: time zone, how long an approval waits and when it escalates, the refund ceilings,
 automatic runs, the reply window and reminder, messages per customer per day, the ticket
-prefix. **The operator's** (``OPERATOR_FIELDS``) protect the deployment: the daily model
+prefix, and where the store's orders are read (``order_source``). **The operator's** (``OPERATOR_FIELDS``) protect the deployment: the daily model
 spend cap, inbound volume limits, how long words are kept, and which refund and mail
 adapters a merchant may use — so an owner can never route refunds through the deployment's
 own payment key. ``manage.py merchant limits`` changes those.
@@ -11,7 +11,9 @@ own payment key. ``manage.py merchant limits`` changes those.
 A change is one transaction with one audit event naming each field with its value before
 and after (``merchant.settings_changed`` by the owner, ``merchant.limits_changed`` by the
 operator). Runs already going keep the bounds they started with (a run snapshots its bounds
-at its start, ``agent.run.bounds``); new runs use the new values.
+at its start, ``agent.run.bounds``); new runs use the new values. That holds for the order
+source too: a run reads orders from the source it started with (``Run.order_source``), so
+its open approvals stay about the facts it read, and nothing is withdrawn.
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ OWNER_FIELDS = (
     "reply_reminder",
     "max_customer_messages_per_day",
     "ticket_prefix",
+    "order_source",
 )
 OPERATOR_FIELDS = (
     "daily_spend_cap_micros",

@@ -24,6 +24,9 @@ class NotificationEvent(models.TextChoices):
     ADDRESS_CHECK = "address.check"
     # A person asked to reset their password: email only, to their account's address.
     PASSWORD_RESET = "account.password_reset"
+    # Money went back on an order the store pushed: webhook only, so the store's own system
+    # (which holds the order) learns of the refund Deskhand made (``notify_refunds_due``).
+    REFUND_CREATED = "refund.created"
 
 
 # The events a merchant's webhook receives (the API document's ``webhooks``); the others are
@@ -34,6 +37,7 @@ WEBHOOK_EVENTS = frozenset(
         NotificationEvent.ESCALATED,
         NotificationEvent.EXPIRING,
         NotificationEvent.RUN_FINISHED,
+        NotificationEvent.REFUND_CREATED,
     }
 )
 
@@ -71,6 +75,14 @@ class Notification(models.Model):
     )
     run = models.ForeignKey(
         "agent.Run", null=True, blank=True, on_delete=models.CASCADE, related_name="notifications"
+    )
+    # ``refund.created``: the refund, made on an order the store pushed.
+    refund = models.ForeignKey(
+        "desk.Refund",
+        null=True,
+        blank=True,
+        on_delete=models.CASCADE,
+        related_name="notifications",
     )
     # ``team.invited``: the invitation; ``address.check``: the routing check. Their one-time
     # secret is in ``payload["secret"]`` (the body says ``{secret}``) until the mail is sent,
@@ -120,9 +132,15 @@ class Notification(models.Model):
                 condition=models.Q(approval__isnull=True),
                 name="one_run_notification_per_event_and_recipient",
             ),
+            models.UniqueConstraint(
+                fields=["refund", "event", "transport", "recipient"],
+                condition=models.Q(refund__isnull=False),
+                name="one_refund_notification_per_event_and_recipient",
+            ),
             models.CheckConstraint(
                 condition=models.Q(approval__isnull=False)
                 | models.Q(run__isnull=False)
+                | models.Q(refund__isnull=False)
                 | models.Q(invitation__isnull=False)
                 | models.Q(address_check__isnull=False)
                 | models.Q(account__isnull=False),

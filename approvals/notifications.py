@@ -38,12 +38,25 @@ from approvals.notification_models import (
     Transport,
     WebhookEndpoint,
 )
-from deskhand.domain.desk.models import Membership, Merchant, Role
+from deskhand.domain.desk.models import (
+    Membership,
+    Merchant,
+    OrderSourceKind,
+    Refund,
+    RefundStatus,
+    Role,
+)
 from deskhand.domain.desk.permissions import require_owner
 
 log = logging.getLogger(__name__)
 
-__all__ = ["NotificationEvent", "notify_approval", "notify_expiring_due", "notify_run_finished"]
+__all__ = [
+    "NotificationEvent",
+    "notify_approval",
+    "notify_expiring_due",
+    "notify_refunds_due",
+    "notify_run_finished",
+]
 
 ACTIONS = {
     "issue_refund": "a refund",
@@ -215,6 +228,69 @@ def notify_run_finished(run: Any) -> list[Notification]:
         next_attempt_at=timezone.now(),
     )
     return list(Notification.objects.bulk_create([row], ignore_conflicts=True))
+
+
+def refund_created_payload(refund: Refund, merchant_slug: str) -> dict[str, object]:
+    """No reason: the agent's words go when a customer is erased, and a delivery outlives that."""
+    order = refund.order
+    return {
+        "event": NotificationEvent.REFUND_CREATED.value,
+        "merchant": merchant_slug,
+        "refund": {
+            "id": refund.pk,
+            "order": order.reference,
+            "order_version": order.version,
+            "amount_cents": refund.amount_cents,
+            "currency": refund.currency,
+            "provider_refund_id": refund.provider_refund_id or None,
+            "created_at": refund.created_at.isoformat(),
+        },
+    }
+
+
+def notify_refunds_due(*, limit: int = 200) -> int:
+    """Write ``refund.created`` for every refund that moved (``succeeded``) on an order the
+    store pushed and has not been announced to the merchant's active webhook yet.
+
+    Called by the worker's sweep before the outbox is sent, not from inside the refund's
+    transaction: a refund is made by two adapters (in this database at once, at a payment
+    provider when it confirms), and the sweep sees both the same way, once each — the row
+    is unique per refund and recipient. At least once, as every notification: the store
+    deduplicates on ``delivery_id``. A refund still in flight is announced once it has moved;
+    one a provider declined was never money and is never announced.
+    """
+    rows: list[Notification] = []
+    hooks = {
+        h.merchant_id: h
+        for h in WebhookEndpoint.objects.filter(active=True).select_related("merchant")
+    }
+    if not hooks:
+        return 0
+    due = (
+        Refund.objects.filter(
+            merchant_id__in=list(hooks),
+            status=RefundStatus.SUCCEEDED,
+            order__source=OrderSourceKind.PUSHED,
+        )
+        .exclude(notifications__event=NotificationEvent.REFUND_CREATED)
+        .select_related("order")
+        .order_by("created_at", "id")[:limit]
+    )
+    now = timezone.now()
+    for refund in due:
+        hook = hooks[refund.merchant_id]
+        rows.append(
+            Notification(
+                merchant_id=refund.merchant_id,
+                refund=refund,
+                event=NotificationEvent.REFUND_CREATED,
+                transport=Transport.WEBHOOK,
+                recipient=hook.url,
+                payload=refund_created_payload(refund, hook.merchant.slug),
+                next_attempt_at=now,
+            )
+        )
+    return len(Notification.objects.bulk_create(rows, ignore_conflicts=True))
 
 
 def webhook_set(

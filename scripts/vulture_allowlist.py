@@ -64,10 +64,12 @@ _.run_cancel_op
 _.run_steer_op
 _.approval_list
 _.approval_decide_op
+_.order_put
 # deskhand/domain/apikeys: read by the keys page and the admin, or written in SQL
 _.revoked_by_name  # templates/console/keys.html
 _.window_count  # deskhand.domain.apikeys.services.key_count_request's UPDATE
 _.last_status  # the help-desk relay's admin list
+_.pushed_at  # Order: when the store last pushed it, the admin's order list (deskhand/domain/desk/admin.py)
 
 # settings: read by Django through django.conf.settings
 _.DEBUG
@@ -292,6 +294,8 @@ _.routed_run  # TicketMessage FK: the admin and the sweep read it by its _id
 # --- the API's contract (issue 36): the document's shapes and schemathesis's hooks ----------
 _.model_config  # pydantic reads it by name (deskhand/web/api/webhooks.py: the events' extra="forbid")
 _.delivery_id  # deskhand/web/api/webhooks.py: a field of the events out, written by approvals.outbox
+_.order_version  # deskhand/web/api/webhooks.py: refund.created's field, written by approvals.notifications
+_.status_display  # deskhand.domain.desk.orders.OrderFacts: templates/console/ticket.html reads it
 _.before_call  # schemathesis calls its hooks by name (tests/api/schemathesis_hooks.py)
 
 # --- the retry policies (issue 37): DBOS reads its step options by key ----------------------

@@ -133,6 +133,9 @@ class Run(models.Model):
     deadline_seconds = models.PositiveIntegerField()
     max_refund_cents = models.BigIntegerField()
     loop_threshold = models.PositiveSmallIntegerField(default=3)
+    # The merchant's order source when the run started (``deskhand.domain.desk.orders``):
+    # every read of an order in this run asks it, whatever the merchant chooses meanwhile.
+    order_source = models.CharField(max_length=8, default="local", db_default="local")
     # Stamped once at creation: a crash-looping run never earns a fresh clock.
     deadline_at = models.DateTimeField()
     # Time spent waiting for a person, handed back to the working deadline.

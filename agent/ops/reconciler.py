@@ -48,7 +48,7 @@ from agent.run.services import (
 from agent.run.steering import note_send
 from agent.run.workflow_findings import finding_record
 from approvals.models import Approval, ApprovalStatus, StaffNote
-from approvals.notifications import notify_expiring_due
+from approvals.notifications import notify_expiring_due, notify_refunds_due
 from approvals.outbox import outbox_send_due
 from approvals.services import approval_send
 from deskhand.domain.apikeys.relay import replies_relay
@@ -224,13 +224,15 @@ def helpdesk_sweep(now: dt.datetime) -> dict[str, int]:
 
 
 def notifications_sweep(now: dt.datetime) -> dict[str, int]:
-    """Tell people they are needed: write due expiry warnings, then send the outbox.
+    """Tell people they are needed: write due expiry warnings and the stores' ``refund.created``
+    (refunds made on orders they pushed), then send the outbox.
 
     A failure here never stops the rest of the reconciler; the rows stay and the next
     pass tries again.
     """
     try:
         warned = notify_expiring_due(now=now)
+        notify_refunds_due()
         sent = outbox_send_due(now=now)
     except Exception:
         log.exception("the notification sweep failed; the next pass retries")

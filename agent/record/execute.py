@@ -35,6 +35,7 @@ def tool_context(
         tool_call_id=call_id,
         max_refund_cents=run.max_refund_cents,
         ledger_entry_id=ledger_entry_id,
+        order_source=run.order_source,
     )
 
 

@@ -36,7 +36,7 @@ from django.utils import timezone
 from agent.models import Run
 from agent.models.payloads import StepKind
 from agent.steps import Bounds
-from agent.tools.reads import order_of_customer
+from agent.tools.reads import order_facts_of_customer
 from agent.tools.registry import ToolError
 from deskhand.domain.desk.money import format_cents, format_micros
 from deskhand.domain.desk.rows import row_by_pk
@@ -252,26 +252,28 @@ def refund_precheck(run_id: str, args: dict[str, Any], run: Run | None = None) -
         return None
     money = format_cents
     try:
-        # The lookup the refund itself makes: this merchant's order, this ticket's customer.
-        order = order_of_customer(
+        # The lookup the refund itself makes: this merchant's order, this ticket's customer,
+        # read from the order source the run started with.
+        order = order_facts_of_customer(
             merchant_id=run.merchant_id,
             customer_id=run.ticket.customer_id,
             reference=reference,
-            lines=False,
+            source=run.order_source,
         )
     except ToolError as exc:
         return f"cannot refund {money(amount)}: {exc}"
 
     refused = f"cannot refund {money(amount)} against {order.reference}"
-    # Counted as the refund counts them: the order's, every run on this ticket (their forks
-    # and re-runs too), the merchant's today.
+    # Counted as the refund counts them: every run on this ticket (their forks and re-runs
+    # too), the merchant's today; the order's own from its source (what it has refunded,
+    # and what is in flight at a payment provider).
     totals = refund_totals(
-        order_id=order.pk,
+        order_id=order.order_id or 0,  # an order held on a platform has no refund rows here
         merchant_id=run.merchant_id,
         since=merchant_day_start(run.merchant),
         ticket_id=run.ticket_id,
     )
-    remaining = order.total_cents - totals.order
+    remaining = order.remainder_cents
     if amount > remaining:
         return f"{refused}: only {money(remaining)} of {money(order.total_cents)} is left to refund"
     by_run = totals.runs

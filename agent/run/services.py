@@ -67,6 +67,9 @@ def bounds_snapshot(merchant: Any) -> dict[str, Any]:
         "deadline_seconds": bounds["deadline_seconds"],
         "max_refund_cents": min(bounds["max_refund_cents"], merchant.run_refund_ceiling_cents),
         "loop_threshold": bounds["loop_threshold"],
+        # Where the run reads orders, for life: changing the merchant's source never changes
+        # the facts under a run or the approvals it asked for (docs/effects.md).
+        "order_source": merchant.order_source,
         "deadline_at": timezone.now() + dt.timedelta(seconds=bounds["deadline_seconds"]),
     }
 

@@ -22,7 +22,8 @@ from django.utils import timezone
 from agent.tools.masking import mask_email
 from agent.tools.registry import Handler, Risk, ToolContext, ToolDef, ToolError, ToolOutcome
 from deskhand.domain.desk import selectors
-from deskhand.domain.desk.models import Customer, Order, RefundStatus, Ticket
+from deskhand.domain.desk.models import Customer, Order, OrderSourceKind, RefundStatus, Ticket
+from deskhand.domain.desk.orders import OrderFacts, SourceUnavailable, order_source
 from deskhand.domain.desk.services import DomainError
 
 # --- shared by the read, reversible and irreversible tools ---------------------
@@ -82,27 +83,82 @@ def run_ticket(ctx: ToolContext, reference: str, thread: bool = True) -> Ticket:
 
 
 def customer_order(ctx: ToolContext, reference: str, lines: bool = True) -> Order:
-    """The order ``reference`` names, provided it belongs to this ticket's customer.
-    ``lines``: with its customer, items and refunds (``selectors.order_get``)."""
+    """The order row ``reference`` names, provided it belongs to this ticket's customer and
+    to the run's order source. ``lines``: with its customer, items and refunds
+    (``selectors.order_get``). The effects' lookup (a refund made here locks this row); the
+    reads go through ``customer_order_facts``."""
     return order_of_customer(
-        merchant_id=ctx.merchant_id, customer_id=ctx.customer_id, reference=reference, lines=lines
+        merchant_id=ctx.merchant_id,
+        customer_id=ctx.customer_id,
+        reference=reference,
+        lines=lines,
+        source=ctx.order_source,
     )
 
 
 def order_of_customer(
-    *, merchant_id: int, customer_id: int, reference: str, lines: bool = True
+    *,
+    merchant_id: int,
+    customer_id: int,
+    reference: str,
+    lines: bool = True,
+    source: str | None = None,
 ) -> Order:
-    """``customer_order`` without a tool context (the refund pre-check asks it before the gate).
+    """``customer_order`` without a tool context.
 
     Another merchant's order reads exactly like no order at all: a run learns nothing about
-    other tenants from the answer.
+    other tenants from the answer. ``source``: the run's order source; an order held on a
+    platform has no row here to act on, and the answer says why.
     """
-    order = selectors.order_get(merchant_id=merchant_id, reference=reference, lines=lines)
+    if source == OrderSourceKind.SHOPIFY:
+        try:
+            order_source(merchant_id=merchant_id, kind=source).order(reference)
+        except SourceUnavailable as exc:
+            raise ToolError(str(exc)) from None
+    order = selectors.order_get(
+        merchant_id=merchant_id, reference=reference, lines=lines, source=source
+    )
     if order is None:
         raise ToolError(f"no order '{reference.strip()}' for this merchant")
     if order.customer_id != customer_id:
         raise ToolError(f"order {order.reference} does not belong to the customer on this ticket")
     return order
+
+
+def customer_order_facts(ctx: ToolContext, reference: str) -> OrderFacts:
+    """``order_facts_of_customer`` for this run's merchant, customer and order source."""
+    return order_facts_of_customer(
+        merchant_id=ctx.merchant_id,
+        customer_id=ctx.customer_id,
+        reference=reference,
+        source=ctx.order_source,
+    )
+
+
+def order_facts_of_customer(
+    *, merchant_id: int, customer_id: int, reference: str, source: str
+) -> OrderFacts:
+    """The order ``reference`` names, read from ``source`` (``deskhand.domain.desk.orders``),
+    provided it belongs to the ticket's customer; a ``ToolError`` the model reads otherwise.
+
+    Not this customer's and not found read alike: a run learns nothing about other
+    customers or tenants from the answer. A source that cannot be read says why.
+    """
+    try:
+        facts = order_source(merchant_id=merchant_id, kind=source).order(reference)
+    except SourceUnavailable as exc:
+        raise ToolError(str(exc)) from None
+    if facts is None:
+        raise ToolError(f"no order '{reference.strip()}' for this merchant")
+    email = "" if facts.customer_id is not None else _customer_email(merchant_id, customer_id)
+    if not facts.belongs_to(customer_id=customer_id, email=email):
+        raise ToolError(f"order {facts.reference} does not belong to the customer on this ticket")
+    return facts
+
+
+def _customer_email(merchant_id: int, customer_id: int) -> str:
+    found = Customer.objects.filter(pk=customer_id, merchant_id=merchant_id)
+    return found.values_list("email", flat=True).first() or ""
 
 
 Bounds = dict[str, tuple[int, int | None]]
@@ -200,13 +256,7 @@ def get_ticket(ctx: ToolContext, args: dict[str, Any]) -> ToolOutcome:
 
 
 def get_order(ctx: ToolContext, args: dict[str, Any]) -> ToolOutcome:
-    order = customer_order(ctx, args["reference"])
-    refunds = list(order.refunds.all())
-    # Money moved and confirmed, apart from money still in flight at a payment provider
-    # (which may have moved, and counts against what is left to refund).
-    refunded = sum(r.amount_cents for r in refunds if r.status != RefundStatus.PENDING)
-    in_flight = sum(r.amount_cents for r in refunds if r.status == RefundStatus.PENDING)
-    items = sorted(order.items.all(), key=lambda i: (i.sku, i.pk))
+    order = customer_order_facts(ctx, args["reference"])
     return outcome(
         {
             "reference": order.reference,
@@ -225,21 +275,23 @@ def get_order(ctx: ToolContext, args: dict[str, Any]) -> ToolOutcome:
                     "unit_price_cents": i.unit_price_cents,
                     "line_cents": i.line_cents,
                 }
-                for i in items
+                for i in order.items
             ],
-            "refunded_cents": refunded,
-            "refunds_in_flight_cents": in_flight,
-            "refundable_cents": order.total_cents - refunded - in_flight,
+            # Money moved and confirmed, apart from money still in flight at a payment
+            # provider (which may have moved, and counts against what is left to refund).
+            "refunded_cents": order.refunded_cents,
+            "refunds_in_flight_cents": order.in_flight_cents,
+            "refundable_cents": order.remainder_cents,
             "refunds": [
                 {
                     "amount_cents": r.amount_cents,
                     "reason": r.reason,
                     "created_at": day(r.created_at),
-                    "status": "in_flight" if r.status == RefundStatus.PENDING else "refunded",
+                    "status": "in_flight" if r.in_flight else "refunded",
                 }
-                for r in refunds
+                for r in order.refunds
             ],
-            "customer": person(order.customer.name, order.customer.email),
+            "customer": person(order.customer_name, order.customer_email),
             "cancelled_at": day(order.cancelled_at),
         }
     )
@@ -256,7 +308,11 @@ def get_customer(ctx: ToolContext, args: dict[str, Any]) -> ToolOutcome:
     # One answer for "no such customer" and "someone else": no way to probe who shops here.
     if customer is None or customer.pk != ctx.customer_id:
         raise ToolError(f"{email} is not the email of the customer on this ticket")
-    orders = selectors.customer_orders(merchant_id=ctx.merchant_id, customer_id=customer.pk)
+    try:
+        source = order_source(merchant_id=ctx.merchant_id, kind=ctx.order_source)
+        orders = source.orders_for_customer(customer.email)
+    except SourceUnavailable as exc:
+        raise ToolError(str(exc)) from None
     tickets = selectors.customer_tickets(merchant_id=ctx.merchant_id, customer_id=customer.pk)
     return outcome(
         {

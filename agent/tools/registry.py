@@ -56,6 +56,8 @@ class ToolContext:
     max_refund_cents: int
     # Set for irreversible calls: the ledger entry the effect must link to.
     ledger_entry_id: int | None = None
+    # Where this run reads orders: the merchant's source when the run started (Run.order_source).
+    order_source: str = "local"
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

@@ -190,6 +190,38 @@ def test_one_webhook_delivered_five_times_at_once_makes_one_ticket(dbos_executor
     ]
 
 
+def test_pushes_of_one_order_at_once_and_out_of_order_keep_the_newest_version(server, tseeded):
+    """Versions 1 to 6 of one order pushed at once, in shuffled order, then an old one late:
+    whatever order they land in, the stored order is version 6, every push that lost is a
+    409 saying so, and none is a 500."""
+    from deskhand.domain.desk.models import Order
+
+    token = new_key(["orders"])
+
+    def push(version: int) -> tuple[int, Any]:
+        body = {
+            "version": version,
+            "customer_email": "rosa@example.org",
+            "status": "shipped" if version < 6 else "delivered",
+            "currency": "USD",
+            "total_cents": 1_000 * version,
+            "placed_at": "2026-11-20T10:00:00Z",
+        }
+        status, _h, answer = call(server, "PUT", "/api/v1/orders/SO-77", token, body)
+        return status, answer
+
+    with concurrent.futures.ThreadPoolExecutor(6) as pool:
+        answers = list(pool.map(push, [3, 6, 1, 5, 2, 4]))
+    statuses = sorted(s for s, _ in answers)
+    assert statuses[0] in (200, 201) and set(statuses) <= {200, 201, 409}, answers
+    assert statuses.count(201) == 1, answers
+    assert all("older than the stored version" in b["detail"] for s, b in answers if s == 409)
+    late = push(2)
+    assert late[0] == 409 and "stored version 6" in late[1]["detail"]
+    order = Order.objects.get(merchant__slug="northwind", reference="SO-77")
+    assert (order.version, order.total_cents, order.status) == (6, 6_000, "delivered")
+
+
 SCHEMATHESIS_SEED = "36"
 
 
@@ -219,7 +251,7 @@ def test_schemathesis_with_every_check_and_phase_finds_nothing_for_either_mercha
         "DESKHAND_KEY_MAX": str(store.KEY_MAX),
     }
     for merchant in ("northwind", "lumen"):
-        token = new_key(["read", "write", "decide"], merchant=merchant)
+        token = new_key(["read", "write", "decide", "orders"], merchant=merchant)
         started = time.monotonic()
         done = subprocess.run(
             [

@@ -73,6 +73,7 @@ def test_an_owner_changes_settings_in_the_units_people_use_and_each_change_is_au
         ({"approval_sla_hours": 100, "approval_ttl_hours": 10}, "before the request expires"),
         ({"ticket_prefix": "N-W"}, "Letters and digits only"),
         ({"auto_runs": "always"}, "Select a valid choice"),
+        ({"order_source": "ftp"}, "Select a valid choice"),
     ],
 )
 def test_a_bad_value_is_a_400_with_a_sentence_and_nothing_is_saved(seeded, changes, said):
@@ -81,6 +82,23 @@ def test_a_bad_value_is_a_400_with_a_sentence_and_nothing_is_saved(seeded, chang
     assert r.status_code == 400 and said in r.content.decode()
     assert Merchant.objects.filter(slug="northwind").values().get() == before
     assert not AuditEvent.objects.filter(action="merchant.settings_changed").exists()
+
+
+def test_an_owner_chooses_where_orders_are_read_and_the_page_says_what_that_does(seeded):
+    page = client_for(NW_OWNER).get(URL).content.decode()
+    assert "Where the agent, the ticket page and the refund ceilings read" in page
+    assert "A run keeps the source it started with" in page
+    r = client_for(NW_OWNER).post(URL, _form(order_source="pushed"))
+    assert r.status_code == 200 and "1 setting changed" in r.content.decode()
+    assert _northwind().order_source == "pushed"
+    event = AuditEvent.objects.get(action="merchant.settings_changed")
+    assert event.detail["changed"] == {"order_source": ["local", "pushed"]}
+    # A form posted without the field (an older page) leaves the source as it is.
+    without = {k: v for k, v in _form().items() if k != "order_source"}
+    assert client_for(NW_OWNER).post(URL, without).status_code == 200
+    assert _northwind().order_source == "pushed"
+    r = client_for(NW_VIEWER).post(URL, _form(order_source="local"))
+    assert r.status_code == 403 and _northwind().order_source == "pushed"
 
 
 def test_agents_and_viewers_read_the_settings_and_change_none(seeded):

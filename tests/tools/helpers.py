@@ -41,6 +41,7 @@ def start_run(
         prompt="x",
         status=status,
         deadline_at=timezone.now() + dt.timedelta(seconds=bounds["deadline_seconds"]),
+        order_source=ticket.merchant.order_source,  # snapshotted as run_create does
         **bounds,
     )
 
@@ -57,6 +58,7 @@ def context(
         tool_call_id=call_id,
         max_refund_cents=run.max_refund_cents,
         ledger_entry_id=ledger_entry_id,
+        order_source=run.order_source,
     )
 
 

@@ -13,6 +13,7 @@ class Scope(models.TextChoices):
     READ = "read"
     WRITE = "write"  # tickets, messages, runs (start, cancel, steer)
     DECIDE = "decide"  # approvals, always for a named member who may approve
+    ORDERS = "orders"  # the store's own system pushing its orders (PUT /api/v1/orders/…)
 
 
 class ApiKey(models.Model):

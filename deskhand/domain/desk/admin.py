@@ -133,8 +133,11 @@ class OrderAdmin(AuditAdmin):
         "total",
         "placed_at",
         "delivered_at",
+        "source",
+        "version",
+        "pushed_at",
     )
-    list_filter = ("merchant", "status", ("placed_at", admin.DateFieldListFilter))
+    list_filter = ("merchant", "status", "source", ("placed_at", admin.DateFieldListFilter))
     search_fields = ("reference", "customer__email")
     list_select_related = ("merchant", "customer")
     date_hierarchy = "placed_at"

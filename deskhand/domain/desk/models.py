@@ -35,6 +35,18 @@ class MailAdapter(models.TextChoices):
     SMTP = "smtp", "mail server (SMTP)"
 
 
+class OrderSourceKind(models.TextChoices):
+    """Where a merchant's orders are read from (``deskhand.domain.desk.orders``).
+
+    ``local`` and ``pushed`` are rows of this database's ``Order`` table (its ``source``
+    column says which); ``shopify`` is read from the store's Admin API when a run needs it.
+    """
+
+    LOCAL = "local", "in Deskhand's own tables (the demo, the seed)"
+    SHOPIFY = "shopify", "Shopify, read from the store's Admin API"
+    PUSHED = "pushed", "pushed by the store's own system (PUT /api/v1/orders, CSV import)"
+
+
 class AutoRuns(models.TextChoices):
     """When a customer's message starts a run by itself (phase 2 of the thread reads it)."""
 
@@ -88,6 +100,15 @@ class Merchant(models.Model):
     max_customer_messages_per_day = models.PositiveIntegerField(default=5, db_default=5)
     inbound_per_sender_per_hour = models.PositiveIntegerField(default=20, db_default=20)
     inbound_per_address_per_hour = models.PositiveIntegerField(default=600, db_default=600)
+    # Where the agent, the ticket page and the refund ceilings read orders. A run keeps the
+    # source it started with (``agent.models.Run.order_source``): changing it never changes
+    # the facts under a run or an approval already in flight.
+    order_source = models.CharField(
+        max_length=8,
+        choices=OrderSourceKind.choices,
+        default=OrderSourceKind.LOCAL,
+        db_default=OrderSourceKind.LOCAL,
+    )
 
     def __str__(self) -> str:
         return self.name
@@ -281,6 +302,14 @@ class OrderStatus(models.TextChoices):
 
 
 class Order(models.Model):
+    """An order of the merchant's, as this database holds it.
+
+    ``source`` says how it got here: ``local`` (made in Deskhand: the seed, the demo) or
+    ``pushed`` (sent by the store's own system, ``deskhand.domain.desk.pushed``), where
+    ``version`` is the store's own revision number: a push older than the stored one never
+    overwrites it. A merchant reads only the rows of its order source (``orders``).
+    """
+
     merchant = models.ForeignKey(Merchant, on_delete=models.CASCADE, related_name="orders")
     customer = models.ForeignKey(Customer, on_delete=models.CASCADE, related_name="orders")
     reference = models.CharField(max_length=32)
@@ -303,6 +332,14 @@ class Order(models.Model):
         on_delete=models.PROTECT,
         related_name="cancelled_order",
     )
+    source = models.CharField(
+        max_length=8,
+        choices=OrderSourceKind.choices,
+        default=OrderSourceKind.LOCAL,
+        db_default=OrderSourceKind.LOCAL,
+    )
+    version = models.BigIntegerField(default=0, db_default=0)
+    pushed_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         constraints = [

@@ -12,7 +12,7 @@ import re
 from typing import Any
 
 from django.db import connection
-from django.db.models import Q, QuerySet, Sum
+from django.db.models import Prefetch, Q, QuerySet, Sum
 from django.db.models.functions import Coalesce
 
 from deskhand.domain.desk.knowledge import kb_ranked
@@ -43,11 +43,21 @@ def _normal_reference(reference: str) -> str:
 _BY_REFERENCE = 't0."merchant_id" = %s AND UPPER(t0."reference"::text) = UPPER(%s)'
 
 
+_AND_SOURCE = ' AND t0."source" = %s'
+
+
 def _by_reference[M: Ticket | Order](
-    model: type[M], merchant_id: int, reference: str, related: tuple[str, ...]
+    model: type[M],
+    merchant_id: int,
+    reference: str,
+    related: tuple[str, ...],
+    source: str | None = None,
 ) -> M | None:
-    params = (merchant_id, _normal_reference(reference))
-    found = rows_where(model, _BY_REFERENCE, params, related=related, order_by='t0."id"', limit=1)
+    where, params = _BY_REFERENCE, (merchant_id, _normal_reference(reference))
+    params_all: tuple[Any, ...] = params
+    if source is not None:
+        where, params_all = where + _AND_SOURCE, (*params, source)
+    found = rows_where(model, where, params_all, related=related, order_by='t0."id"', limit=1)
     return found[0] if found else None
 
 
@@ -66,11 +76,13 @@ def ticket_get(*, merchant_id: int, reference: str, thread: bool = True) -> Tick
     return ticket
 
 
-def order_get(*, merchant_id: int, reference: str, lines: bool = True) -> Order | None:
+def order_get(
+    *, merchant_id: int, reference: str, lines: bool = True, source: str | None = None
+) -> Order | None:
     """An order with its customer, items and refunds (oldest first). ``lines`` False: the
     order's own row alone (a caller that checks whose it is and what it totals: two queries
-    fewer)."""
-    order = _by_reference(Order, merchant_id, reference, ("customer",) if lines else ())
+    fewer). ``source``: only an order of that source (``local`` or ``pushed``)."""
+    order = _by_reference(Order, merchant_id, reference, ("customer",) if lines else (), source)
     if order is not None and lines:
         one = 't0."order_id" = %s'
         cache_related(order, "items", rows_where(OrderItem, one, (order.pk,)))
@@ -83,11 +95,21 @@ def customer_get_by_email(*, merchant_id: int, email: str) -> Customer | None:
     return Customer.objects.filter(merchant_id=merchant_id, email__iexact=email.strip()).first()
 
 
-def customer_orders(*, merchant_id: int, customer_id: int, limit: int = 20) -> QuerySet[Order]:
-    """The customer's most recent orders, newest first."""
-    return Order.objects.filter(merchant_id=merchant_id, customer_id=customer_id).order_by(
-        "-placed_at", "-id"
-    )[:limit]
+def customer_orders_by_email(
+    *, merchant_id: int, email: str, source: str, limit: int = 20
+) -> list[Order]:
+    """The orders of ``source`` of the customer with this address, newest first, each with
+    its customer, items and refunds."""
+    return list(
+        Order.objects.filter(
+            merchant_id=merchant_id, source=source, customer__email__iexact=email.strip()
+        )
+        .select_related("customer")
+        .prefetch_related(
+            "items", Prefetch("refunds", queryset=Refund.objects.order_by("created_at", "id"))
+        )
+        .order_by("-placed_at", "-id")[:limit]
+    )
 
 
 def customer_tickets(*, merchant_id: int, customer_id: int, limit: int = 20) -> QuerySet[Ticket]:

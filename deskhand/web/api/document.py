@@ -142,14 +142,19 @@ def _refusals(operation: dict[str, Any]) -> None:
         # A kept answer erased with its customer (deskhand/domain/apikeys/erasure.py).
         responses["410"] = _problem(410)
         created = responses.get("201", {})
+        replayed = {
+            "Idempotent-Replayed": {
+                "description": "true: nothing was written this time",
+                "schema": {"type": "string", "enum": ["true"]},
+            }
+        }
+        if "200" in responses:  # an operation whose own answer is a 200 (an upsert's update)
+            responses["200"]["description"] += "; or a retry: the first answer, replayed"
+            responses["200"]["headers"] = replayed
+            continue
         responses["200"] = {
             "description": "A retry: the answer the first request got, replayed",
-            "headers": {
-                "Idempotent-Replayed": {
-                    "description": "true: nothing was written this time",
-                    "schema": {"type": "string", "enum": ["true"]},
-                }
-            },
+            "headers": replayed,
             "content": created.get("content", {}),
         }
 
@@ -249,6 +254,12 @@ def _events(schema: dict[str, Any], components: dict[str, Any]) -> None:
             "run.finished",
             "A run ended, whatever its status",
             _component(components, webhooks.RunFinishedEvent),
+            True,
+        ),
+        (
+            "refund.created",
+            "A refund was made on an order the store pushed",
+            _component(components, webhooks.RefundCreatedEvent),
             True,
         ),
         (

@@ -79,6 +79,30 @@ def order(o: Order | None) -> dict[str, Any] | None:
     }
 
 
+def pushed_order(o: Order, outcome: str) -> dict[str, Any]:
+    return {
+        "reference": o.reference,
+        "version": o.version,
+        "outcome": outcome,
+        "status": o.status,
+        "currency": o.currency,
+        "total_cents": o.total_cents,
+        "refunded_cents": o.refunded_cents(),
+        "customer_email": o.customer.email,
+        "placed_at": o.placed_at,
+        "delivered_at": o.delivered_at,
+        "items": [
+            {
+                "sku": i.sku,
+                "description": i.description,
+                "quantity": i.quantity,
+                "unit_price_cents": i.unit_price_cents,
+            }
+            for i in o.items.order_by("pk")
+        ],
+    }
+
+
 def approval(a: Approval, o: Order | None) -> dict[str, Any]:
     return {
         "id": a.pk,

@@ -8,7 +8,7 @@ import uuid
 from typing import Annotated, Any, Literal
 
 from ninja import Schema
-from pydantic import AfterValidator, Field, GetJsonSchemaHandler
+from pydantic import AfterValidator, AwareDatetime, Field, GetJsonSchemaHandler
 from pydantic.json_schema import JsonSchemaValue
 from pydantic_core import CoreSchema
 
@@ -73,6 +73,55 @@ class RunIn(Schema):
         pattern=REFERENCE,
         description="The ticket's reference, e.g. NW-1.",
     )
+
+
+# An order's reference as a store writes it (``1001``, ``SO-2026-0042``).
+ORDER_REFERENCE = r"^[A-Za-z0-9-]{1,32}$"
+
+
+class OrderLineIn(Schema):
+    sku: Clean = Field(min_length=1, max_length=40, pattern=r"^\S(.*\S)?$")
+    description: Clean = Field(default="", max_length=200)
+    quantity: int = Field(ge=1, le=1_000_000)
+    unit_price_cents: int = Field(ge=0, le=10**15, description="Minor units of the currency.")
+
+
+class OrderIn(Schema):
+    """The whole order, as the store holds it now. ``version`` is the store's own revision
+    number of this order: a push with a version below the stored one is refused (409) and the
+    stored, newer order kept; the same version again with the same content changes nothing."""
+
+    version: int = Field(ge=0, le=2**62, description="Raise it with every change of the order.")
+    customer_email: Clean = Field(min_length=3, max_length=254, pattern=EMAIL)
+    customer_name: Clean = Field(default="", max_length=200)
+    status: Literal["placed", "shipped", "delivered", "cancelled"]
+    currency: str = Field(pattern=r"^[A-Z]{3}$", description="ISO 4217, like USD.")
+    total_cents: int = Field(ge=0, le=10**15, description="Minor units of the currency.")
+    placed_at: AwareDatetime
+    delivered_at: AwareDatetime | None = None
+    payment_reference: Clean = Field(
+        default="",
+        max_length=100,
+        description="The charge at the merchant's payment provider a refund is made against.",
+    )
+    items: list[OrderLineIn] = Field(default_factory=list, max_length=200)
+
+
+class OrderOut(Schema):
+    reference: str
+    version: int
+    outcome: Literal["created", "updated", "unchanged"] = Field(
+        description="What this push did: stored a new order, replaced an older version, or "
+        "nothing (the same version and content again)."
+    )
+    status: str
+    currency: str
+    total_cents: int
+    refunded_cents: int
+    customer_email: str
+    placed_at: dt.datetime
+    delivered_at: dt.datetime | None
+    items: list[OrderLineIn]
 
 
 class SteerIn(Schema):

@@ -14,7 +14,7 @@ from django.urls import URLPattern, URLResolver, path, re_path
 from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_safe
 
-from deskhand.web.api import decisions, runs, tickets, usage
+from deskhand.web.api import decisions, orders, runs, tickets, usage
 from deskhand.web.api.core import api
 from deskhand.web.api.helpdesk import helpdesk_webhook
 from deskhand.web.api.problems import Problem, problem_response
@@ -23,6 +23,7 @@ api.add_router("", tickets.router)
 api.add_router("", runs.router)
 api.add_router("", decisions.router)
 api.add_router("", usage.router)
+api.add_router("", orders.router)
 
 
 def _as_problems(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:

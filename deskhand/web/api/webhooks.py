@@ -122,3 +122,28 @@ class DeskReply(_Strict):
     external_id: str
     ticket: str
     message: DeskReplyMessage
+
+
+class RefundFacts(_Strict):
+    id: int
+    order: str = Field(description="The order's reference, as the store pushed it.")
+    order_version: int = Field(description="The order's version Deskhand held when it refunded.")
+    amount_cents: int = Field(description="Minor units of the currency.")
+    currency: str
+    provider_refund_id: str | None = Field(
+        description="The refund's id at the payment provider; null for one made in Deskhand's "
+        "own database."
+    )
+    created_at: dt.datetime
+
+
+class RefundCreatedEvent(_Strict):
+    """Money went back on an order the store pushed (``PUT /api/v1/orders/{reference}``):
+    the store's own system, which holds the order, records the refund. Sent once the refund
+    has moved; at least once, so deduplicate on ``delivery_id``. No reason and nothing a
+    customer wrote: the run (``GET /api/v1/runs/{id}``) says why."""
+
+    event: Literal["refund.created"]
+    merchant: str
+    delivery_id: uuid.UUID = Field(description="Equal to webhook-id: deduplicate on it.")
+    refund: RefundFacts

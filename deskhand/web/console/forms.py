@@ -10,7 +10,7 @@ from typing import Any
 from django import forms
 
 from agent.models import RunStatus, StopReason
-from deskhand.domain.desk.models import AutoRuns, Merchant, Priority, TicketStatus
+from deskhand.domain.desk.models import AutoRuns, Merchant, OrderSourceKind, Priority, TicketStatus
 from deskhand.domain.desk.money import AmountRefused, format_cents, parse_amount
 from deskhand.web.console import words
 
@@ -251,6 +251,16 @@ class MerchantSettingsForm(forms.Form):
         " Tickets already numbered keep their number.",
     )
 
+    order_source = forms.ChoiceField(
+        choices=OrderSourceKind.choices,
+        required=False,  # a form posted without it leaves the source as it is
+        help_text="Where the agent, the ticket page and the refund ceilings read this store's"
+        " orders: Deskhand's own tables (the demo), Shopify, or orders your own system pushes"
+        " (PUT /api/v1/orders with a key of the 'orders' scope, or manage.py import_orders)."
+        " A run keeps the source it started with, and its approvals the facts read from it;"
+        " new runs read the new source.",
+    )
+
     @classmethod
     def for_merchant(cls, merchant: Merchant) -> MerchantSettingsForm:
         return cls(
@@ -265,6 +275,7 @@ class MerchantSettingsForm(forms.Form):
                 "reply_reminder": merchant.reply_reminder,
                 "max_customer_messages_per_day": merchant.max_customer_messages_per_day,
                 "ticket_prefix": merchant.ticket_prefix,
+                "order_source": merchant.order_source,
             }
         )
 
@@ -316,4 +327,5 @@ class MerchantSettingsForm(forms.Form):
             "reply_reminder": d["reply_reminder"],
             "max_customer_messages_per_day": d["max_customer_messages_per_day"],
             "ticket_prefix": d["ticket_prefix"],
+            **({"order_source": d["order_source"]} if d.get("order_source") else {}),
         }

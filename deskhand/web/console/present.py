@@ -25,6 +25,7 @@ from agent.models.privacy import Redaction, RedactionReason
 from agent.providers.scripted import MARK
 from agent.tools import REGISTRY
 from approvals.models import Approval
+from deskhand.domain.desk import orders
 from deskhand.domain.desk.models import Order
 from deskhand.domain.desk.money import SYMBOLS, display_cents
 from deskhand.web.console import story, words
@@ -334,6 +335,29 @@ class OrderFacts:
     @property
     def remaining(self) -> str:
         return cents(self.remaining_cents, self.order.currency)
+
+
+@dataclasses.dataclass(frozen=True)
+class SourcedOrder:
+    """An order as the ticket page lists it, read from the merchant's order source."""
+
+    facts: orders.OrderFacts
+
+    @property
+    def total(self) -> str:
+        return cents(self.facts.total_cents, self.facts.currency)
+
+    @property
+    def refunded(self) -> str:
+        return cents(self.facts.refunded_cents, self.facts.currency)
+
+    @property
+    def in_flight_cents(self) -> int:
+        return self.facts.in_flight_cents
+
+    @property
+    def in_flight(self) -> str:
+        return cents(self.facts.in_flight_cents, self.facts.currency)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -21,6 +21,7 @@ from django.db.models.functions import Coalesce
 from agent.models import Run, Step, WorkflowFinding, WorkflowFindingKind
 from approvals.models import Approval, ApprovalPolicy, ApprovalStatus, StaffNote
 from deskhand.domain.desk.models import Order, RefundStatus, Ticket
+from deskhand.domain.desk.orders import OrderFacts, merchant_order_source
 
 PAGE_SIZE = 50
 INBOX_LIMIT = 100
@@ -124,12 +125,10 @@ def ticket_get(*, merchant_id: int, reference: str) -> Ticket | None:
     )
 
 
-def ticket_orders(*, merchant_id: int, customer_id: int, limit: int = 10) -> list[Order]:
-    return list(
-        Order.objects.filter(merchant_id=merchant_id, customer_id=customer_id)
-        .annotate(**refund_figures())
-        .order_by("-placed_at", "-id")[:limit]
-    )
+def ticket_orders(*, merchant_id: int, email: str, limit: int = 10) -> list[OrderFacts]:
+    """The customer's orders, newest first, from the merchant's order source as it is now
+    (``deskhand.domain.desk.orders``; may raise ``SourceUnavailable``)."""
+    return merchant_order_source(merchant_id).orders_for_customer(email, limit=limit)
 
 
 def ticket_runs(*, ticket: Ticket, limit: int = 20) -> list[Run]:

@@ -27,6 +27,7 @@ from agent.run import selectors as agent_selectors
 from agent.run.services import RunRefused, run_cancel, run_start
 from agent.run.steering import SteerRefused, run_steer
 from deskhand.domain.desk.models import Ticket
+from deskhand.domain.desk.orders import SourceUnavailable
 from deskhand.web.console import attention, forms, present, runpage, selectors
 from deskhand.web.console.decorators import ConsoleRequest, actor_required, merchant_member, refuse
 from deskhand.web.console.services import UndoRefused, step_undo
@@ -120,18 +121,22 @@ def ticket(request: ConsoleRequest, reference: str) -> HttpResponse:
         "console/ticket.html",
         {
             "ticket": found,
-            "orders": [
-                present.OrderFacts(o)
-                for o in selectors.ticket_orders(
-                    merchant_id=found.merchant_id, customer_id=found.customer_id
-                )
-            ],
+            **_orders(found),
             "runs": present.run_rows(selectors.ticket_runs(ticket=found)),
             "thread": thread_lines(found),
             "can_act": request.membership.can_act,
             **_already_done(found),
         },
     )
+
+
+def _orders(ticket: Ticket) -> dict[str, object]:
+    """The customer's orders from the merchant's order source, or why they cannot be read."""
+    try:
+        found = selectors.ticket_orders(merchant_id=ticket.merchant_id, email=ticket.customer.email)
+    except SourceUnavailable as exc:
+        return {"orders": [], "orders_unavailable": f"{str(exc)[:1].upper()}{str(exc)[1:]}."}
+    return {"orders": [present.SourcedOrder(o) for o in found]}
 
 
 def _already_done(ticket: Ticket) -> dict[str, object]:
