@@ -7,10 +7,11 @@ are read from the process environment when a call is made, so a worker picks up 
 rotated key on its next call and the console can say whether one is configured without
 ever holding it.
 
-Payments (a Stripe-style refunds API):
+Payments (Stripe, through its SDK: ``agent.effects.payments``):
 
 ``DESKHAND_PAYMENTS_URL``
-    Base URL of the API (``https://…``; ``http://127.0.0.1:…`` for the local double).
+    The API's base address, handed to the SDK (``base_addresses``); unset, Stripe's own
+    (``https://api.stripe.com``). ``http://127.0.0.1:…`` is the tests' and the demo's double.
 ``DESKHAND_PAYMENTS_API_KEY`` / ``DESKHAND_PAYMENTS_API_KEY_<SLUG>``
     The secret key; the per-merchant name (slug upper-cased, ``-`` as ``_``) wins.
 ``DESKHAND_PAYMENTS_KEY_WINDOW_SECONDS`` (86400)
@@ -98,19 +99,24 @@ def payments_key_names(slug: str) -> tuple[str, str]:
     return (f"DESKHAND_PAYMENTS_API_KEY_{_slug_suffix(slug)}", "DESKHAND_PAYMENTS_API_KEY")
 
 
+STRIPE_URL = "https://api.stripe.com"
+
+
+def payments_url() -> str:
+    """Where refunds are made: ``DESKHAND_PAYMENTS_URL``, else Stripe's own address."""
+    return os.environ.get("DESKHAND_PAYMENTS_URL", "").strip().rstrip("/") or STRIPE_URL
+
+
 def payments(slug: str) -> PaymentsConfig:
-    base = os.environ.get("DESKHAND_PAYMENTS_URL", "").strip().rstrip("/")
+    base = payments_url()
     key = next((os.environ[n] for n in payments_key_names(slug) if os.environ.get(n)), "")
-    if not base or not key:
-        missing = " and ".join(
-            n
-            for n, v in (("DESKHAND_PAYMENTS_URL", base), ("DESKHAND_PAYMENTS_API_KEY", key))
-            if not v
-        )
+    if not key:
         raise NotConfigured(
-            f"the payments adapter is chosen for merchant {slug!r} but {missing} is not set "
-            "in the environment"
+            f"the payments adapter is chosen for merchant {slug!r} but "
+            "DESKHAND_PAYMENTS_API_KEY is not set in the environment"
         )
+    if not re.match(r"^https?://[^/\s]+", base):
+        raise NotConfigured("DESKHAND_PAYMENTS_URL must be an http(s) URL")
     return PaymentsConfig(
         base_url=base,
         api_key=key,

@@ -8,12 +8,13 @@ For each merchant that refunds at a provider (or did within the look-back), one 
    from what the provider lists under its key (``intents.resolve_stale``) — recorded, never
    re-sent. One the provider still cannot account for once its key window has passed is a
    finding (``unresolved``).
-2. **The provider's refunds** since ``now - lookback`` on the merchant's charges, matched to
+2. **The provider's refunds** since ``now - lookback`` (Stripe's ``refunds.list``, every page)
+   on the merchant's payments (an order's payment intent, or its charge), matched to
    ledger entries by the ledger key in their metadata: one with no settled entry is a
    finding (``provider_only`` — e.g. a refund made in the provider's dashboard); one whose
    amount differs from its entry is a finding (``amount_differs``).
 3. **The ledger's settled refunds** the provider did not list are read one by one
-   (``GET /v1/refunds/{id}``); one the provider does not know is a finding (``ledger_only``).
+   (``refunds.retrieve``); one the provider does not know is a finding (``ledger_only``).
 
 A finding is a row (``EffectFinding``), the same row on every pass that sees it again. It
 is shown in the admin, counted by ``agent.effects.selectors.findings_summary`` (for
@@ -28,12 +29,18 @@ import datetime as dt
 import logging
 from typing import Any
 
+import stripe
 from django.db.models import Q
 
 from agent.effects import config
-from agent.effects.base import Retry
 from agent.effects.payments import NAME as PAYMENTS
-from agent.effects.payments import ProviderError, client_for, ledger_key_of
+from agent.effects.payments import (
+    client_for,
+    ledger_key_of,
+    list_refunds,
+    paid_with,
+    refund_known,
+)
 from agent.ledger.intents import ADAPTERS, lookup_grace, resolve_stale
 from agent.models.effects import EffectFinding, FindingKind
 from agent.models.ledger import LedgerEntry, LedgerState
@@ -124,7 +131,7 @@ def reconcile_merchant(merchant_id: int, *, now: dt.datetime) -> dict[str, int]:
     merchant = Merchant.objects.get(pk=merchant_id)
     counts = {k: 0 for k in FindingKind.values} | settle_stale_claims(merchant_id, now)
     since = now - lookback()
-    charges = dict(
+    payments = dict(
         Order.objects.filter(merchant=merchant)
         .exclude(payment_reference="")
         .values_list("payment_reference", "reference")
@@ -133,10 +140,10 @@ def reconcile_merchant(merchant_id: int, *, now: dt.datetime) -> dict[str, int]:
         client = client_for(merchant)
         listed = [
             r
-            for r in client.list_refunds(created_gte=int(since.timestamp()))
-            if r.get("charge") in charges
+            for r in list_refunds(client, since=int(since.timestamp()))
+            if paid_with(r) & payments.keys()
         ]
-    except (config.NotConfigured, Retry, ProviderError) as exc:
+    except (config.NotConfigured, stripe.StripeError) as exc:
         # The pass could not read the provider: say so in the log; nothing is concluded.
         log.warning("reconciliation of %s skipped: %s", merchant.slug, config.redact(str(exc)))
         return counts
@@ -157,7 +164,8 @@ def reconcile_merchant(merchant_id: int, *, now: dt.datetime) -> dict[str, int]:
         money = format_cents(
             amount if isinstance(amount, int) else 0, str(r.get("currency", "usd")).upper()
         )
-        order = charges.get(str(r.get("charge")), str(r.get("charge")))
+        paid = sorted(paid_with(r) & payments.keys())
+        order = payments[paid[0]] if paid else str(r.get("charge"))
         if entry is not None and entry.state == LedgerState.PENDING:
             continue  # in flight: its step (or step 1 above) records it
         if entry is None or entry.state != LedgerState.DONE or entry.provider_ref not in ("", ref):
@@ -203,11 +211,11 @@ def reconcile_merchant(merchant_id: int, *, now: dt.datetime) -> dict[str, int]:
             continue
         if entry.created_at < since:
             continue  # outside the provider list's window: not comparable
-        reply = client.get_refund(entry.provider_ref) if entry.provider_ref else None
-        if reply is not None and reply.status == 200:
-            continue  # listed late or on another page: it exists
-        if reply is not None and reply.status not in (404,):
+        known = refund_known(client, entry.provider_ref) if entry.provider_ref else False
+        if known is None:
             continue  # the provider could not say; nothing is concluded
+        if known:
+            continue  # listed late or on another page: it exists
         counts[FindingKind.LEDGER_ONLY] += 1
         _report(
             merchant_id,
