@@ -20,6 +20,11 @@ Payments (Stripe, through its SDK: ``agent.effects.payments``):
 ``DESKHAND_PAYMENTS_TIMEOUT_SECONDS`` (10)
     One request's connect + read timeout.
 
+``DESKHAND_STRIPE_WEBHOOK_SECRET_<SLUG>``
+    The signing secret (``whsec_…``) of the merchant's Stripe webhook endpoint,
+    ``/inbound/stripe/<slug>/``; one per merchant, and no shared fallback: a secret
+    verifies only its own merchant's events. Unset: that endpoint answers 404.
+
 Mail (SMTP through Django's email framework):
 
 ``DESKHAND_SMTP_HOST``, ``DESKHAND_SMTP_PORT`` (587), ``DESKHAND_SMTP_USER``,
@@ -126,6 +131,11 @@ def payments(slug: str) -> PaymentsConfig:
     )
 
 
+def stripe_webhook_secret(slug: str) -> str:
+    """The signing secret of ``slug``'s Stripe endpoint, or ``""`` when none is set."""
+    return os.environ.get(f"DESKHAND_STRIPE_WEBHOOK_SECRET_{_slug_suffix(slug)}", "").strip()
+
+
 @dataclasses.dataclass(frozen=True)
 class SmtpConfig:
     host: str
@@ -162,7 +172,11 @@ def smtp() -> SmtpConfig:
 
 def secrets_in_use() -> list[str]:
     """Every credential the adapters could send, so text from outside can be scrubbed of them."""
-    names = [n for n in os.environ if n.startswith("DESKHAND_PAYMENTS_API_KEY")]
+    names = [
+        n
+        for n in os.environ
+        if n.startswith(("DESKHAND_PAYMENTS_API_KEY", "DESKHAND_STRIPE_WEBHOOK_SECRET_"))
+    ]
     names.append("DESKHAND_SMTP_PASSWORD")
     return [os.environ[n] for n in names if len(os.environ.get(n, "")) >= 4]
 

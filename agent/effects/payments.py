@@ -98,7 +98,8 @@ class _CountedHTTP(stripe.RequestsClient):
         super().__init__(timeout=timeout)
         self.spend = spend
 
-    def request(
+    # The signature of the SDK's own ``RequestsClient.request``, which its base's stub widens.
+    def request(  # type: ignore[override]
         self, method: str, url: str, headers: Mapping[str, str] | None, post_data: Any = None
     ) -> tuple[bytes, int, Mapping[str, str]]:
         if self.spend is not None and not self.spend.take():
@@ -177,7 +178,8 @@ def refund_outcome(refund: Mapping[str, Any]) -> Outcome:
 def _said(exc: stripe.StripeError) -> tuple[str, str]:
     """(code, sentence) of a Stripe error, in Stripe's words, redacted."""
     body = exc.json_body if isinstance(exc.json_body, dict) else {}
-    err = body.get("error") if isinstance(body.get("error"), dict) else {}
+    said = body.get("error")
+    err: dict[str, Any] = said if isinstance(said, dict) else {}
     status = exc.http_status
     code = str(err.get("code") or err.get("type") or (f"http_{status}" if status else "no_answer"))
     sentence = str(err.get("message") or exc.user_message or type(exc).__name__)

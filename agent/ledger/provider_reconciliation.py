@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
-from typing import Any
 
 import stripe
 from django.db.models import Q
@@ -41,8 +40,10 @@ from agent.effects.payments import (
     paid_with,
     refund_known,
 )
+from agent.ledger.findings import report
 from agent.ledger.intents import ADAPTERS, lookup_grace, resolve_stale
-from agent.models.effects import EffectFinding, FindingKind
+from agent.ledger.provider_events import process_waiting
+from agent.models.effects import FindingKind
 from agent.models.ledger import LedgerEntry, LedgerState
 from deskhand.domain.desk.models import Merchant, Order, Refund
 from deskhand.domain.desk.money import format_cents
@@ -62,26 +63,6 @@ def merchants_to_reconcile(now: dt.datetime) -> list[int]:
             Q(refund_adapter=PAYMENTS) | Q(pk__in=recent.values("merchant_id"))
         ).values_list("pk", flat=True)
     )
-
-
-def _report(
-    merchant_id: int, kind: str, fingerprint: str, now: dt.datetime, **fields: Any
-) -> EffectFinding:
-    finding, created = EffectFinding.objects.get_or_create(
-        fingerprint=fingerprint,
-        defaults={
-            "merchant_id": merchant_id,
-            "kind": kind,
-            "found_at": now,
-            "last_seen_at": now,
-            **fields,
-        },
-    )
-    if not created:
-        EffectFinding.objects.filter(pk=finding.pk).update(last_seen_at=now)
-    else:
-        log.warning("reconciliation finding %s: %s", kind, fields.get("detail", ""))
-    return finding
 
 
 def _amount(entry: LedgerEntry) -> int | None:
@@ -111,7 +92,7 @@ def settle_stale_claims(merchant_id: int, now: dt.datetime) -> dict[str, int]:
                 horizon = dt.timedelta(days=1)
         if entry.created_at < now - horizon:
             counts["unresolved"] += 1
-            _report(
+            report(
                 merchant_id,
                 FindingKind.UNRESOLVED,
                 f"unresolved:{entry.key}",
@@ -130,6 +111,7 @@ def reconcile_merchant(merchant_id: int, *, now: dt.datetime) -> dict[str, int]:
     """One pass for one merchant (see the module docstring). Returns what it found, by kind."""
     merchant = Merchant.objects.get(pk=merchant_id)
     counts = {k: 0 for k in FindingKind.values} | settle_stale_claims(merchant_id, now)
+    counts["events"] = process_waiting(merchant_id, now)
     since = now - lookback()
     payments = dict(
         Order.objects.filter(merchant=merchant)
@@ -170,7 +152,7 @@ def reconcile_merchant(merchant_id: int, *, now: dt.datetime) -> dict[str, int]:
             continue  # in flight: its step (or step 1 above) records it
         if entry is None or entry.state != LedgerState.DONE or entry.provider_ref not in ("", ref):
             counts[FindingKind.PROVIDER_ONLY] += 1
-            _report(
+            report(
                 merchant_id,
                 FindingKind.PROVIDER_ONLY,
                 f"provider_only:{ref}",
@@ -195,7 +177,7 @@ def reconcile_merchant(merchant_id: int, *, now: dt.datetime) -> dict[str, int]:
         ours = recorded if recorded is not None else _amount(entry)
         if ours != amount:
             counts[FindingKind.AMOUNT_DIFFERS] += 1
-            _report(
+            report(
                 merchant_id,
                 FindingKind.AMOUNT_DIFFERS,
                 f"amount_differs:{ref}",
@@ -217,7 +199,7 @@ def reconcile_merchant(merchant_id: int, *, now: dt.datetime) -> dict[str, int]:
         if known:
             continue  # listed late or on another page: it exists
         counts[FindingKind.LEDGER_ONLY] += 1
-        _report(
+        report(
             merchant_id,
             FindingKind.LEDGER_ONLY,
             f"ledger_only:{entry.key}",

@@ -37,6 +37,8 @@ strict, so a request the real API would refuse is refused here too, in Stripe's 
   without a reply — the SDK sees a lost connection and retries under the same key.
 
 Everything it was asked is in ``requests``; every refund it made is in ``refunds``.
+``webhook_event`` and ``signed`` make the events Stripe posts to a webhook endpoint, signed
+as Stripe signs them.
 ``refund_directly`` makes one "behind the ledger's back", as a person in Stripe's
 dashboard would.
 """
@@ -45,6 +47,8 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import hashlib
+import hmac
 import json
 import secrets
 import socket
@@ -674,6 +678,31 @@ class _Handler(BaseHTTPRequestHandler):
         self._send(
             404, _error("invalid_request_error", f"Unrecognized request URL (GET: {self.path}).")
         )
+
+
+def webhook_event(
+    kind: str, obj: dict[str, Any], *, event_id: str | None = None, at: float | None = None
+) -> dict[str, Any]:
+    """A Stripe event as a webhook delivers it (``charge.refunded``, ``refund.updated``, …)."""
+    return {
+        "id": event_id or "evt_" + secrets.token_hex(12),
+        "object": "event",
+        "api_version": sorted(API_VERSIONS)[-1],
+        "created": int(at if at is not None else time.time()),
+        "data": {"object": obj},
+        "livemode": False,
+        "pending_webhooks": 1,
+        "request": {"id": None, "idempotency_key": None},
+        "type": kind,
+    }
+
+
+def signed(body: bytes, secret: str, *, at: float | None = None) -> str:
+    """The ``Stripe-Signature`` header Stripe sends with ``body``: ``t=…,v1=<hex HMAC-SHA256
+    of "t.body" under the endpoint's secret>`` (docs.stripe.com, "Verify webhook signatures")."""
+    stamp = int(at if at is not None else time.time())
+    mac = hmac.new(secret.encode(), f"{stamp}.".encode() + body, hashlib.sha256).hexdigest()
+    return f"t={stamp},v1={mac}"
 
 
 def charge_seeded_orders(api: PaymentsApi) -> int:
