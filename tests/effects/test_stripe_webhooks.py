@@ -21,8 +21,18 @@ from agent.ledger.provider_events import payment_event_process
 from agent.ledger.provider_reconciliation import reconcile_merchant
 from agent.models import EffectFinding, PaymentEvent
 from agent.models.ledger import LedgerEntry
+from agent.record import faults
+from agent.run.services import run_cancel
 from deskhand.domain.desk.models import Merchant, Refund
-from tests.effects.test_claims import approved_refund, execute, quiet_sends  # noqa: F401
+from tests.durability.helpers import user
+from tests.effects.test_claims import (  # noqa: F401  (quiet_sends: autouse)
+    OWNER,
+    Crash,
+    approved_refund,
+    crash_at,
+    execute,
+    quiet_sends,
+)
 from tests.support.payments_api import PaymentsApi, signed, webhook_event
 from tests.support.waiting import until
 
@@ -213,3 +223,48 @@ def test_a_delivered_event_is_processed_by_its_workflow(
         timeout=30,
     )
     assert EffectFinding.objects.get().kind == "provider_failed"
+
+
+def pending_claim(api: PaymentsApi) -> tuple:
+    """A refund Stripe made whose record here never committed: the claim is pending."""
+    run, call, approval = approved_refund(3800)
+    crash_at("after_provider")
+    with pytest.raises(Crash):
+        execute(run, call, approval)
+    faults.clear()
+    [made] = api.refunds
+    return run, LedgerEntry.objects.get(tool="issue_refund"), made
+
+
+def test_refund_updated_settles_the_pending_claim_of_a_run_that_stopped_acting(
+    northwind_pays_at_the_provider,
+):
+    api = northwind_pays_at_the_provider
+    run, entry, made = pending_claim(api)
+    run_cancel(run=run, user=user(OWNER))
+    deliver(webhook_event("refund.updated", made))
+
+    outcome = payment_event_process(PaymentEvent.objects.get().pk)
+
+    assert outcome == f"claim of refund {made['id']} settled by lookup: done"
+    entry.refresh_from_db()
+    assert (entry.state, entry.provider_ref) == ("done", made["id"])
+    assert Refund.objects.get().status == "succeeded"
+    assert [r.method for r in api.requests].count("POST") == 1  # looked up, never re-sent
+
+
+def test_refund_failed_on_a_pending_claim_is_a_finding_and_the_claim_is_left_alone(
+    northwind_pays_at_the_provider,
+):
+    api = northwind_pays_at_the_provider
+    _run, entry, made = pending_claim(api)
+    deliver(
+        webhook_event("refund.failed", {**made, "status": "failed", "failure_reason": "unknown"})
+    )
+
+    outcome = payment_event_process(PaymentEvent.objects.get().pk)
+
+    assert outcome == f"reported: refund {made['id']} failed at Stripe, ledger pending"
+    assert EffectFinding.objects.get().kind == "provider_failed"
+    entry.refresh_from_db()
+    assert entry.state == "pending" and Refund.objects.get().status == "pending"
