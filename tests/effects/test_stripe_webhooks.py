@@ -87,15 +87,16 @@ def test_an_unknown_merchant_or_one_without_a_secret_is_a_404(
     assert PaymentEvent.objects.count() == 0
 
 
-def test_a_signed_body_that_is_not_an_event_is_a_400(northwind_pays_at_the_provider):
-    body = b"not json"
+@pytest.mark.parametrize("body", [b"not json", b"[]", b"null", b'"x"', b"{}", b'{"id": 5}'])
+def test_a_signed_body_that_is_not_an_event_is_a_400(northwind_pays_at_the_provider, body):
     reply = Client().post(
         URL,
         data=body,
         content_type="application/json",
         headers={"Stripe-Signature": signed(body, NW_SECRET)},
     )
-    assert reply.status_code == 400 and PaymentEvent.objects.count() == 0
+    assert reply.status_code == 400 and "nothing was stored" in reply.content.decode()
+    assert PaymentEvent.objects.count() == 0
 
 
 def test_an_event_delivered_five_times_at_once_is_stored_once(northwind_pays_at_the_provider):
