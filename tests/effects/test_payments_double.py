@@ -294,7 +294,7 @@ def test_a_429_is_retried_by_us_after_its_retry_after_and_not_by_the_sdk(api):
 def test_retries_by_the_sdk_and_by_us_together_never_pass_the_attempts(api):
     api.server_error(times=50)
     outcome = refund(api, "kdown", limits=budget(attempts=3))
-    # Not 3 of ours times the SDK's 3: one budget for both loops.
+    # Not 3 calls of ours, each sent up to 3 times by the SDK: one budget for both loops.
     assert outcome.state == "unknown" and outcome.calls == 3
     assert len(posts(api)) == 3 and api.refunds == []
     api.reset()
