@@ -7,7 +7,7 @@ from typing import Any
 from django.contrib import admin
 
 from agent.models import Run, Step
-from agent.models.effects import EffectFinding
+from agent.models.effects import EffectFinding, PaymentEvent
 from agent.models.ledger import LedgerEntry
 from agent.models.privacy import Redaction
 from approvals.models import Approval, AuditEvent
@@ -225,6 +225,17 @@ class EffectFindingAdmin(AuditAdmin):
     def ledger_link(self, obj: EffectFinding) -> str:
         entry = obj.ledger_entry
         return admin_pk_link(LedgerEntry, entry.pk, entry.key) if entry is not None else "—"
+
+
+@admin.register(PaymentEvent)
+class PaymentEventAdmin(AuditAdmin):
+    """Stripe's webhook events as stored, and what processing concluded of each."""
+
+    list_display = ("received_at", "merchant", "type", "event_id", "status", "outcome")
+    list_filter = ("merchant", "type", "status", ("received_at", admin.DateFieldListFilter))
+    search_fields = ("=event_id", "outcome")
+    list_select_related = ("merchant",)
+    date_hierarchy = "received_at"
 
 
 @admin.register(Redaction)

@@ -231,6 +231,9 @@ LOGGING = {
         "httpx": {"level": "WARNING"},
         # aiosmtpd (the SMTP receiver) logs every connection at INFO.
         "mail.log": {"level": "WARNING"},
+        # The Stripe SDK logs every request and every error's message at INFO, and an error
+        # may echo the secret key it was sent; the payments adapter says what matters, redacted.
+        "stripe": {"level": "WARNING"},
     },
 }
 

@@ -5,14 +5,13 @@ Each irreversible tool executes through an **adapter** chosen per merchant
 
 * ``database`` — today's in-database effect, written in the ledger's own transaction
   (``agent.tools.irreversible``); the demo's default;
-* ``payments`` — a Stripe-style refunds API, the ledger key as its ``Idempotency-Key``
-  (``payments``);
+* ``payments`` — refunds at Stripe through its own SDK, the ledger key as its
+  ``Idempotency-Key`` (``payments``);
 * ``smtp`` — customer email through Django's email framework, one stable ``Message-ID``
   per ledger claim (``mail``).
 
 Modules: ``config`` (the environment: addresses, credentials, budgets, redaction),
-``base`` (the outcome type, the shared retry loop, the adapter protocol), ``intents``
-(claim → call → record, and settling claims nobody works on), ``reconcile`` and
-``schedule`` (the scheduled comparison of the ledger with the provider, and its
-findings), ``selectors`` (what the console and ``health`` read). See docs/effects.md.
+``base`` (the outcome type, the shared retry loop, the adapter protocol), ``selectors``
+(what the console and ``health`` read). Claim → call → record, reconciliation and Stripe's
+webhook events are the ledger's (``agent.ledger``). See docs/effects.md.
 """

@@ -7,10 +7,11 @@ are read from the process environment when a call is made, so a worker picks up 
 rotated key on its next call and the console can say whether one is configured without
 ever holding it.
 
-Payments (a Stripe-style refunds API):
+Payments (Stripe, through its SDK: ``agent.effects.payments``):
 
 ``DESKHAND_PAYMENTS_URL``
-    Base URL of the API (``https://…``; ``http://127.0.0.1:…`` for the local double).
+    The API's base address, handed to the SDK (``base_addresses``); unset, Stripe's own
+    (``https://api.stripe.com``). ``http://127.0.0.1:…`` is the tests' and the demo's double.
 ``DESKHAND_PAYMENTS_API_KEY`` / ``DESKHAND_PAYMENTS_API_KEY_<SLUG>``
     The secret key; the per-merchant name (slug upper-cased, ``-`` as ``_``) wins.
 ``DESKHAND_PAYMENTS_KEY_WINDOW_SECONDS`` (86400)
@@ -18,6 +19,11 @@ Payments (a Stripe-style refunds API):
     ``DESKHAND_PAYMENTS_KEY_MARGIN_SECONDS`` (3600), is never re-sent: it is looked up.
 ``DESKHAND_PAYMENTS_TIMEOUT_SECONDS`` (10)
     One request's connect + read timeout.
+
+``DESKHAND_STRIPE_WEBHOOK_SECRET_<SLUG>``
+    The signing secret (``whsec_…``) of the merchant's Stripe webhook endpoint,
+    ``/inbound/stripe/<slug>/``; one per merchant, and no shared fallback: a secret
+    verifies only its own merchant's events. Unset: that endpoint answers 404.
 
 Mail (SMTP through Django's email framework):
 
@@ -98,19 +104,24 @@ def payments_key_names(slug: str) -> tuple[str, str]:
     return (f"DESKHAND_PAYMENTS_API_KEY_{_slug_suffix(slug)}", "DESKHAND_PAYMENTS_API_KEY")
 
 
+STRIPE_URL = "https://api.stripe.com"
+
+
+def payments_url() -> str:
+    """Where refunds are made: ``DESKHAND_PAYMENTS_URL``, else Stripe's own address."""
+    return os.environ.get("DESKHAND_PAYMENTS_URL", "").strip().rstrip("/") or STRIPE_URL
+
+
 def payments(slug: str) -> PaymentsConfig:
-    base = os.environ.get("DESKHAND_PAYMENTS_URL", "").strip().rstrip("/")
+    base = payments_url()
     key = next((os.environ[n] for n in payments_key_names(slug) if os.environ.get(n)), "")
-    if not base or not key:
-        missing = " and ".join(
-            n
-            for n, v in (("DESKHAND_PAYMENTS_URL", base), ("DESKHAND_PAYMENTS_API_KEY", key))
-            if not v
-        )
+    if not key:
         raise NotConfigured(
-            f"the payments adapter is chosen for merchant {slug!r} but {missing} is not set "
-            "in the environment"
+            f"the payments adapter is chosen for merchant {slug!r} but "
+            "DESKHAND_PAYMENTS_API_KEY is not set in the environment"
         )
+    if not re.match(r"^https?://[^/\s]+", base):
+        raise NotConfigured("DESKHAND_PAYMENTS_URL must be an http(s) URL")
     return PaymentsConfig(
         base_url=base,
         api_key=key,
@@ -118,6 +129,11 @@ def payments(slug: str) -> PaymentsConfig:
         key_margin_seconds=_int("DESKHAND_PAYMENTS_KEY_MARGIN_SECONDS", 3_600),
         timeout_seconds=_float("DESKHAND_PAYMENTS_TIMEOUT_SECONDS", 10.0),
     )
+
+
+def stripe_webhook_secret(slug: str) -> str:
+    """The signing secret of ``slug``'s Stripe endpoint, or ``""`` when none is set."""
+    return os.environ.get(f"DESKHAND_STRIPE_WEBHOOK_SECRET_{_slug_suffix(slug)}", "").strip()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -156,7 +172,11 @@ def smtp() -> SmtpConfig:
 
 def secrets_in_use() -> list[str]:
     """Every credential the adapters could send, so text from outside can be scrubbed of them."""
-    names = [n for n in os.environ if n.startswith("DESKHAND_PAYMENTS_API_KEY")]
+    names = [
+        n
+        for n in os.environ
+        if n.startswith(("DESKHAND_PAYMENTS_API_KEY", "DESKHAND_STRIPE_WEBHOOK_SECRET_"))
+    ]
     names.append("DESKHAND_SMTP_PASSWORD")
     return [os.environ[n] for n in names if len(os.environ.get(n, "")) >= 4]
 

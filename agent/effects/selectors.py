@@ -69,15 +69,14 @@ def merchant_adapters(merchant: Any) -> list[dict[str, Any]]:
     if merchant.refund_adapter == "payments":
         names = config.payments_key_names(merchant.slug)
         key_name = next((n for n in names if os.environ.get(n)), None)
-        url = os.environ.get("DESKHAND_PAYMENTS_URL", "")
         rows.append(
             {
                 "effect": "Refunds",
                 "adapter": "payments",
                 "label": merchant.get_refund_adapter_display(),
-                "where": _host(url) if url else "not configured (DESKHAND_PAYMENTS_URL)",
+                "where": _host(config.payments_url()),
                 "credential": f"set ({key_name})" if key_name else f"missing ({names[1]})",
-                "ready": bool(url and key_name),
+                "ready": bool(key_name),
             }
         )
     else:

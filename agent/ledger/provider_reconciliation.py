@@ -8,12 +8,13 @@ For each merchant that refunds at a provider (or did within the look-back), one 
    from what the provider lists under its key (``intents.resolve_stale``) — recorded, never
    re-sent. One the provider still cannot account for once its key window has passed is a
    finding (``unresolved``).
-2. **The provider's refunds** since ``now - lookback`` on the merchant's charges, matched to
+2. **The provider's refunds** since ``now - lookback`` (Stripe's ``refunds.list``, every page)
+   on the merchant's payments (an order's payment intent, or its charge), matched to
    ledger entries by the ledger key in their metadata: one with no settled entry is a
    finding (``provider_only`` — e.g. a refund made in the provider's dashboard); one whose
    amount differs from its entry is a finding (``amount_differs``).
 3. **The ledger's settled refunds** the provider did not list are read one by one
-   (``GET /v1/refunds/{id}``); one the provider does not know is a finding (``ledger_only``).
+   (``refunds.retrieve``); one the provider does not know is a finding (``ledger_only``).
 
 A finding is a row (``EffectFinding``), the same row on every pass that sees it again. It
 is shown in the admin, counted by ``agent.effects.selectors.findings_summary`` (for
@@ -26,16 +27,23 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
-from typing import Any
 
+import stripe
 from django.db.models import Q
 
 from agent.effects import config
-from agent.effects.base import Retry
 from agent.effects.payments import NAME as PAYMENTS
-from agent.effects.payments import ProviderError, client_for, ledger_key_of
+from agent.effects.payments import (
+    client_for,
+    ledger_key_of,
+    list_refunds,
+    paid_with,
+    refund_known,
+)
+from agent.ledger.findings import report
 from agent.ledger.intents import ADAPTERS, lookup_grace, resolve_stale
-from agent.models.effects import EffectFinding, FindingKind
+from agent.ledger.provider_events import process_waiting
+from agent.models.effects import FindingKind
 from agent.models.ledger import LedgerEntry, LedgerState
 from deskhand.domain.desk.models import Merchant, Order, Refund
 from deskhand.domain.desk.money import format_cents
@@ -55,26 +63,6 @@ def merchants_to_reconcile(now: dt.datetime) -> list[int]:
             Q(refund_adapter=PAYMENTS) | Q(pk__in=recent.values("merchant_id"))
         ).values_list("pk", flat=True)
     )
-
-
-def _report(
-    merchant_id: int, kind: str, fingerprint: str, now: dt.datetime, **fields: Any
-) -> EffectFinding:
-    finding, created = EffectFinding.objects.get_or_create(
-        fingerprint=fingerprint,
-        defaults={
-            "merchant_id": merchant_id,
-            "kind": kind,
-            "found_at": now,
-            "last_seen_at": now,
-            **fields,
-        },
-    )
-    if not created:
-        EffectFinding.objects.filter(pk=finding.pk).update(last_seen_at=now)
-    else:
-        log.warning("reconciliation finding %s: %s", kind, fields.get("detail", ""))
-    return finding
 
 
 def _amount(entry: LedgerEntry) -> int | None:
@@ -104,7 +92,7 @@ def settle_stale_claims(merchant_id: int, now: dt.datetime) -> dict[str, int]:
                 horizon = dt.timedelta(days=1)
         if entry.created_at < now - horizon:
             counts["unresolved"] += 1
-            _report(
+            report(
                 merchant_id,
                 FindingKind.UNRESOLVED,
                 f"unresolved:{entry.key}",
@@ -123,8 +111,9 @@ def reconcile_merchant(merchant_id: int, *, now: dt.datetime) -> dict[str, int]:
     """One pass for one merchant (see the module docstring). Returns what it found, by kind."""
     merchant = Merchant.objects.get(pk=merchant_id)
     counts = {k: 0 for k in FindingKind.values} | settle_stale_claims(merchant_id, now)
+    counts["events"] = process_waiting(merchant_id, now)
     since = now - lookback()
-    charges = dict(
+    payments = dict(
         Order.objects.filter(merchant=merchant)
         .exclude(payment_reference="")
         .values_list("payment_reference", "reference")
@@ -133,10 +122,10 @@ def reconcile_merchant(merchant_id: int, *, now: dt.datetime) -> dict[str, int]:
         client = client_for(merchant)
         listed = [
             r
-            for r in client.list_refunds(created_gte=int(since.timestamp()))
-            if r.get("charge") in charges
+            for r in list_refunds(client, since=int(since.timestamp()))
+            if paid_with(r) & payments.keys()
         ]
-    except (config.NotConfigured, Retry, ProviderError) as exc:
+    except (config.NotConfigured, stripe.StripeError) as exc:
         # The pass could not read the provider: say so in the log; nothing is concluded.
         log.warning("reconciliation of %s skipped: %s", merchant.slug, config.redact(str(exc)))
         return counts
@@ -157,12 +146,13 @@ def reconcile_merchant(merchant_id: int, *, now: dt.datetime) -> dict[str, int]:
         money = format_cents(
             amount if isinstance(amount, int) else 0, str(r.get("currency", "usd")).upper()
         )
-        order = charges.get(str(r.get("charge")), str(r.get("charge")))
+        paid = sorted(paid_with(r) & payments.keys())
+        order = payments[paid[0]] if paid else str(r.get("charge"))
         if entry is not None and entry.state == LedgerState.PENDING:
             continue  # in flight: its step (or step 1 above) records it
         if entry is None or entry.state != LedgerState.DONE or entry.provider_ref not in ("", ref):
             counts[FindingKind.PROVIDER_ONLY] += 1
-            _report(
+            report(
                 merchant_id,
                 FindingKind.PROVIDER_ONLY,
                 f"provider_only:{ref}",
@@ -187,7 +177,7 @@ def reconcile_merchant(merchant_id: int, *, now: dt.datetime) -> dict[str, int]:
         ours = recorded if recorded is not None else _amount(entry)
         if ours != amount:
             counts[FindingKind.AMOUNT_DIFFERS] += 1
-            _report(
+            report(
                 merchant_id,
                 FindingKind.AMOUNT_DIFFERS,
                 f"amount_differs:{ref}",
@@ -203,13 +193,13 @@ def reconcile_merchant(merchant_id: int, *, now: dt.datetime) -> dict[str, int]:
             continue
         if entry.created_at < since:
             continue  # outside the provider list's window: not comparable
-        reply = client.get_refund(entry.provider_ref) if entry.provider_ref else None
-        if reply is not None and reply.status == 200:
-            continue  # listed late or on another page: it exists
-        if reply is not None and reply.status not in (404,):
+        known = refund_known(client, entry.provider_ref) if entry.provider_ref else False
+        if known is None:
             continue  # the provider could not say; nothing is concluded
+        if known:
+            continue  # listed late or on another page: it exists
         counts[FindingKind.LEDGER_ONLY] += 1
-        _report(
+        report(
             merchant_id,
             FindingKind.LEDGER_ONLY,
             f"ledger_only:{entry.key}",

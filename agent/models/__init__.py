@@ -379,7 +379,12 @@ class WorkflowFinding(models.Model):
 
 
 # Models owned by other parts of the app, imported so Django registers them with it.
-from agent.models.effects import EffectFinding, FindingKind  # noqa: E402
+from agent.models.effects import (  # noqa: E402
+    EffectFinding,
+    FindingKind,
+    PaymentEvent,
+    PaymentEventStatus,
+)
 from agent.models.ledger import LedgerEntry, LedgerState  # noqa: E402
 from agent.models.privacy import Redaction, RedactionReason  # noqa: E402
 
@@ -390,6 +395,8 @@ __all__ = [
     "FindingKind",
     "LedgerEntry",
     "LedgerState",
+    "PaymentEvent",
+    "PaymentEventStatus",
     "PromptVersion",
     "Redaction",
     "RedactionReason",

@@ -13,6 +13,7 @@ class FindingKind(models.TextChoices):
     LEDGER_ONLY = "ledger_only", "ledger entry the provider does not know"
     AMOUNT_DIFFERS = "amount_differs", "amounts differ"
     UNRESOLVED = "unresolved", "claim whose outcome could not be confirmed"
+    PROVIDER_FAILED = "provider_failed", "refund the provider says failed after it was recorded"
 
 
 class EffectFinding(models.Model):
@@ -56,3 +57,45 @@ class EffectFinding(models.Model):
     @property
     def is_open(self) -> bool:
         return self.resolved_at is None
+
+
+class PaymentEventStatus(models.TextChoices):
+    RECEIVED = "received"  # stored; its workflow (or the reconciliation pass) processes it
+    PROCESSED = "processed"
+
+
+class PaymentEvent(models.Model):
+    """A payment provider's webhook event, verified and stored once before it is processed.
+
+    Stripe signs each delivery with the secret of the merchant's endpoint
+    (``deskhand.web.inbound.stripe``); the event's id is unique per merchant, so a
+    redelivery is the same row. ``data`` is what processing needs of the event's object
+    (ids, status, amount, currency, the ledger key in its metadata) and nothing more: a
+    charge's billing details never reach this table. Processing
+    (``agent.ledger.provider_events``) compares it with the ledger and reports, never reverses.
+    """
+
+    merchant = models.ForeignKey(
+        "desk.Merchant", on_delete=models.PROTECT, related_name="payment_events"
+    )
+    provider = models.CharField(max_length=16, default="stripe")
+    event_id = models.CharField(max_length=255)
+    type = models.CharField(max_length=64)
+    data = models.JSONField(default=dict)
+    status = models.CharField(
+        max_length=10, choices=PaymentEventStatus.choices, default=PaymentEventStatus.RECEIVED
+    )
+    outcome = models.TextField(blank=True)
+    received_at = models.DateTimeField(auto_now_add=True)
+    processed_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["merchant", "provider", "event_id"], name="payment_event_once"
+            )
+        ]
+        indexes = [models.Index(fields=["status", "received_at"], name="payment_event_waiting")]
+
+    def __str__(self) -> str:
+        return f"{self.provider} {self.type} {self.event_id}"

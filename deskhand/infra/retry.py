@@ -9,7 +9,9 @@ Seven policies, each named here, so how often anything is tried is read in one p
 ``EFFECT`` — one effect at another system, always under the same key (``agent.effects``)
     4 attempts; 0.5 s doubling, capped at 8 s; a ``Retry-After`` is honoured as given;
     at most 20 s from the first call, the calls' own time included. Transient: what the
-    adapter raises ``Retry`` for (a 409, 429 or 5xx, a lost connection, an SMTP 4xx).
+    adapter raises ``Retry`` for (a 429, an SMTP 4xx, a lost connection to the mail server).
+    At Stripe most of these retries are the SDK's own (below), counted against the same
+    attempts and the same seconds by one ``RequestSpend``.
 ``SHOPIFY`` — one call to a store's Shopify Admin API (``deskhand.domain.store.shopify``)
     8 attempts; a ``THROTTLED`` answer waits what its ``extensions.cost`` names (the points
     asked less those available, over the restore rate), uncapped; otherwise 0.25 s doubling,
@@ -31,12 +33,23 @@ Seven policies, each named here, so how often anything is tried is read in one p
 three step policies are handed to DBOS, which retries the step (``dbos_step``); ``DELIVERY``
 is a schedule, not a loop: the row waits for its ``next_attempt_at`` (``backoff``).
 
-**No library retries on top.** The Anthropic SDK is built with ``max_retries=0`` (its
-default, 2, would make every attempt here three requests); payments speak ``http.client``
-and mail ``smtplib``, neither of which retries; Shopify's client is httpx, whose transport
-does not retry unless told. So a model call sends at most
-``MODEL.max_attempts`` requests, and an effect at most ``EFFECT.max_attempts``, per run of
-its step. A model step is itself a ``STEP`` (a failure *around* the call — writing its step
+**No library retries on top of ours.** The Anthropic SDK is built with ``max_retries=0``
+(its default, 2, would make every attempt here three requests); mail speaks ``smtplib``,
+which does not retry, and Shopify's client is httpx, whose transport does not retry unless
+told. The Stripe SDK is the one exception, on purpose: its retries send
+the *same* ``Idempotency-Key`` (ours, the ledger key) and it knows which of Stripe's
+answers are safe to repeat (a lost connection, a 409 while the key is in use, a 5xx, and
+whatever Stripe marks ``Stripe-Should-Retry``). So the payments adapter lets the SDK retry
+(``sdk_network_retries(EFFECT)`` = attempts - 1) and does not retry those itself; its own
+loop retries only a 429, which the SDK leaves alone. Both loops draw on one
+``RequestSpend``, which the SDK's HTTP client consults before every request it sends
+(``agent.effects.payments``): once ``EFFECT.max_attempts`` requests are sent or its
+``budget_seconds`` have passed, no further request leaves, whichever loop asks. The SDK
+waits 0.5 s doubling, jittered, at most 5 s between its own retries (its constants, not
+ours). So a model call sends at most ``MODEL.max_attempts`` requests, and an effect at
+most ``EFFECT.max_attempts``, per run of its step. Reads at Stripe (a lookup, a
+reconciliation pass) are not effects: each request there may be retried by the SDK
+``sdk_network_retries(EFFECT)`` times, and a reconciliation pass is a ``RECONCILE_STEP``. A model step is itself a ``STEP`` (a failure *around* the call — writing its step
 row — re-runs it), so the worst case is 3 times 4, 12 requests for one turn, each counted on
 the step row; an irreversible tool step is never retried by DBOS (a person approved one
 attempt). The workflow may also sleep a named rate-limit wait durably and call again
@@ -110,6 +123,37 @@ DELIVERY = RetryPolicy(
     budget_seconds=float("inf"),
     jitter=False,
 )
+
+
+def sdk_network_retries(policy: RetryPolicy) -> int:
+    """The retries an SDK that retries on its own may make, so that with its first request
+    it sends at most ``policy.max_attempts`` (Stripe's ``max_network_retries``)."""
+    return max(0, policy.max_attempts - 1)
+
+
+@dataclasses.dataclass
+class RequestSpend:
+    """The requests one effect has sent, counted against ``policy`` whichever loop retries.
+
+    One effect may be retried by two loops (an SDK's own and ``retry_call`` around it); each
+    request either sends asks ``take()`` first, so together they never send more than
+    ``policy.max_attempts`` requests, nor start one after ``policy.budget_seconds``.
+    """
+
+    policy: RetryPolicy
+    clock: Callable[[], float] = time.monotonic
+    sent: int = 0
+    started: float | None = None
+
+    def take(self) -> bool:
+        """Count one more request, or say no (``False``) once the policy is spent."""
+        now = self.clock()
+        if self.started is None:
+            self.started = now
+        if self.sent >= self.policy.max_attempts or now - self.started > self.policy.budget_seconds:
+            return False
+        self.sent += 1
+        return True
 
 
 def backoff(attempts: int) -> dt.timedelta:

@@ -386,7 +386,9 @@ def check_provider(case: Case) -> list[str]:
     orders = dict(
         Order.objects.exclude(payment_reference="").values_list("payment_reference", "reference")
     )
-    at_provider = tuple(sorted((orders.get(r["charge"], r["charge"]), r["amount"]) for r in made))
+    # A refund names its payment intent (the seeded orders' references) and its charge.
+    paid = [(r["payment_intent"] or r["charge"], r["amount"]) for r in made]
+    at_provider = tuple(sorted((orders.get(p, p), amount) for p, amount in paid))
     if at_provider != tuple(sorted(case.refunds)):
         problems.append(f"refunds at the provider {at_provider}, expected {case.refunds}")
     ids = {r["id"] for r in made}

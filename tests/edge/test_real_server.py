@@ -179,6 +179,8 @@ def fill(t: Template, w: World) -> str:
         return t.fill(["x", "y"])  # a reset link that is not one
     if head == "invitations/":
         return t.fill(["nosuchtoken"])
+    if head == "inbound/stripe/":
+        return t.fill(["northwind"])
     if head in ("merchant/team/invitations/", "merchant/team/members/", "merchant/addresses/"):
         return t.fill(["0"])
     if head == "knowledge/":
@@ -264,8 +266,8 @@ def wires(port: int) -> Iterator[dict[str, Wire]]:
 #   has an open run (409), {done} is finished (cancel 409), its step 1 is not undoable (409),
 #   a fork of a run still waiting is refused (400), an empty decision or note is 400. The
 #   policy form posted empty by an owner saves "no rules" (302 back to the page).
-# * Inbound mail's webhook (/inbound/…) is signed, not signed in: it answers the same to
-#   everyone, 404 "not set up" while no signing key is configured.
+# * Inbound mail's and Stripe's webhooks (/inbound/…) are signed, not signed in: they answer
+#   the same to everyone, 404 "not set up" while no signing key or secret is configured.
 # * Event streams: 403 "Sign in first." for anonymous (an EventSource cannot follow a
 #   redirect), 404 for a run of another merchant or for the auditor; HEAD is 405 there.
 
@@ -384,6 +386,8 @@ TABLE: dict[str, dict[str, str]] = {
     # configured (as here) it says it is not set up.
     "/inbound/mailgun/": {"POST": "404 404 404 404 404 404"},
     "/inbound/mailgun/mime": {"POST": "404 404 404 404 404 404"},
+    # Stripe's webhook per merchant: signed posts from anyone; no endpoint secret set here.
+    "/inbound/stripe/northwind/": {"POST": "404 404 404 404 404 404"},
     # The JSON API takes a bearer key, never a session: each operation is 401 for every role
     # here (tests/api/ drives it with keys); its OpenAPI document and docs page are public;
     # a path it does not have is a 404 problem whatever the method.

@@ -31,7 +31,7 @@ from tests.durability.helpers import user
 pytestmark = pytest.mark.django_db(transaction=True)
 
 OWNER = "owner@northwind.test"
-CHARGE = "ch_northwind_nw_1042"
+CHARGE = "pi_northwind_nw_1042"
 
 
 class Crash(Exception):
@@ -76,29 +76,39 @@ def execute(run: Run, call: dict, approval: Approval) -> Done:
     return execute_irreversible(str(run.pk), 2, call, str(approval.pk))
 
 
-def test_same_key_with_a_different_amount_fails_with_the_providers_reason_and_pays_nothing_more(
+def test_a_key_reused_with_a_different_amount_answers_idempotency_error_and_the_step_says_so(
     northwind_pays_at_the_provider,
 ):
     api = northwind_pays_at_the_provider
     run, call, approval = approved_refund(3800)
     key = ledger_key(run, call["id"], args_hash(call["name"], call["input"]))
     # A forged earlier execution under this very key, for another amount.
-    from agent.effects.payments import client_for
+    from agent.effects.payments import client_for, create_refund
 
-    forged = client_for(run.merchant).create_refund(
-        key=key, charge=CHARGE, amount_cents=1900, currency="usd", metadata={}
+    forged = create_refund(
+        client_for(run.merchant), key=key, payment_reference=CHARGE, amount_cents=1900, metadata={}
     )
-    assert forged.status == 200
+    assert forged["amount"] == 1900
 
     out = execute(run, call, approval)
 
     assert out.ok is False
     assert "idempotency_error" in out.text and "same parameters" in out.text
     assert len(api.refunds) == 1 and api.refunds[0]["amount"] == 1900  # no second refund
+    assert [p.status for p in api.requests if p.method == "POST"][-1] == 400
     entry = LedgerEntry.objects.get()
     assert (entry.state, entry.key) == ("failed", key)
     assert Refund.objects.count() == 0  # the reservation is released
-    assert Step.objects.get(run=run, kind="tool", tool="issue_refund").ok is False
+    step = Step.objects.get(run=run, kind="tool", tool="issue_refund")
+    assert step.ok is False
+    # The run's step says in words what Stripe answered, and that this claim moved nothing.
+    said = step.result["text"]
+    assert said.startswith(
+        "The payment provider refused the refund of 38.00 USD against NW-1042: this claim's "
+        "idempotency key was already used for a request with other parameters. It answered: "
+        "Keys for idempotent requests can only be used with the same parameters"
+    )
+    assert "[idempotency_error]. No money moved under this claim" in said
 
 
 def test_a_re_executed_step_repeats_the_call_under_the_same_key_and_pays_once(

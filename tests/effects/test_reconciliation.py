@@ -25,8 +25,8 @@ from tests.fixtures.dbos import clear_of_its_firing, trigger_now, wait_parked, w
 pytestmark = pytest.mark.django_db(transaction=True)
 
 OWNER = "owner@northwind.test"
-CHARGE = "ch_northwind_nw_1042"
-NORTHWIND_OTHER_CHARGE = "ch_northwind_nw_1077"
+CHARGE = "pi_northwind_nw_1042"
+NORTHWIND_OTHER_CHARGE = "pi_northwind_nw_1077"
 
 
 def paid_refund() -> None:

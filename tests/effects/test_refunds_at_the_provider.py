@@ -12,6 +12,8 @@ import datetime as dt
 import pytest
 from django.utils import timezone
 
+from agent.effects import payments
+from agent.effects.payments import API_VERSION
 from agent.ledger.provider_reconciliation import reconcile_merchant
 from agent.models import Step
 from agent.models.ledger import LedgerEntry
@@ -25,7 +27,7 @@ from tests.support.waiting import until
 pytestmark = pytest.mark.django_db(transaction=True)
 
 OWNER = "owner@northwind.test"
-CHARGE = "ch_northwind_nw_1042"
+CHARGE = "pi_northwind_nw_1042"
 
 
 def refund_run():
@@ -50,10 +52,15 @@ def test_a_refund_is_made_at_the_provider_under_the_ledger_key(
         1,
     )
     [made] = api.refunds
-    assert (made["charge"], made["amount"], made["currency"]) == (CHARGE, 3800, "usd")
+    assert (made["payment_intent"], made["amount"], made["currency"]) == (CHARGE, 3800, "usd")
     assert made["metadata"]["deskhand_ledger_key"] == entry.key
     [post] = [r for r in api.requests if r.method == "POST"]
+    # What the SDK sends: the ledger key as Idempotency-Key, the pinned version, the key as
+    # a bearer token, the refund by payment intent, form-encoded.
     assert post.headers["Idempotency-Key"] == entry.key
+    assert post.headers["Stripe-Version"] == API_VERSION
+    assert post.headers["Authorization"] == f"Bearer {api.api_key}"
+    assert ("payment_intent", CHARGE) in post.form and ("amount", "3800") in post.form
     refund = Refund.objects.get()
     assert (refund.status, refund.provider_refund_id, refund.amount_cents) == (
         "succeeded",
@@ -68,21 +75,29 @@ def test_a_refund_is_made_at_the_provider_under_the_ledger_key(
     assert_accounting_matches(run)
 
 
-def test_a_lost_response_is_retried_under_the_same_key_and_pays_once(
-    dbos_executor, northwind_pays_at_the_provider
+def test_a_stripe_refund_retried_by_the_sdk_after_a_dropped_connection_pays_once(
+    dbos_executor, northwind_pays_at_the_provider, monkeypatch
 ):
     api = northwind_pays_at_the_provider
-    api.lose_response()
+    # Our own loop gets one attempt: the second request can only be the SDK's retry.
+    monkeypatch.setenv("DESKHAND_EFFECT_ATTEMPTS", "2")
+    calls_of_ours = []
+    real = payments.create_refund
+    monkeypatch.setattr(
+        payments, "create_refund", lambda *a, **kw: calls_of_ours.append(1) or real(*a, **kw)
+    )
+    api.lose_response()  # the double refunds, stores the answer, drops the connection
     run = refund_run()
 
     assert run.status == "succeeded", run.summary
-    assert len(api.refunds) == 1
+    assert len(api.refunds) == 1  # exactly one refund at the double
     posts = [r for r in api.requests if r.method == "POST"]
-    assert len(posts) == 2 and posts[1].replayed
-    assert len({p.headers["Idempotency-Key"] for p in posts}) == 1
+    assert len(posts) == 2 and posts[1].replayed and len(calls_of_ours) == 1
     entry = LedgerEntry.objects.get(tool="issue_refund")
+    assert {p.headers["Idempotency-Key"] for p in posts} == {entry.key}
     assert (entry.state, entry.provider_calls) == ("done", 2)
     assert Refund.objects.get().provider_refund_id == api.refunds[0]["id"]
+    assert "Refunded 38.00 USD against NW-1042" in run.summary
 
 
 def test_rate_limits_and_server_errors_are_retried_inside_the_step(

@@ -145,6 +145,7 @@ def test_dbos_knows_the_workflows_and_steps_by_exactly_these_names():
         names.LIMITED_CALL_WORKFLOW,
         names.INBOUND_WORKFLOW,
         names.CUSTOMER_LINE_WORKFLOW,
+        names.PAYMENT_EVENT_WORKFLOW,
         *names.SCHEDULED_WORKFLOWS,
         # The scheduled workflows' decorated steps, as DBOS registers them.
         "<temp>.approvals.escalate_due",
@@ -154,6 +155,8 @@ def test_dbos_knows_the_workflows_and_steps_by_exactly_these_names():
         # The intake's steps (deskhand.engine.intake).
         "<temp>.mail.process",
         "<temp>.customer.route",
+        # A payment provider's stored webhook event (deskhand.engine.payment_events).
+        "<temp>.payments.event",
     }
 
 
@@ -167,6 +170,8 @@ def test_the_intake_names_are_the_pinned_ones():
     assert names.inbound_workflow_id(7) == "inbound-7"
     assert names.inbound_workflow_id(7, 2) == "inbound-7-r2"
     assert names.line_workflow_id(9) == "line-9"
+    assert names.PAYMENT_EVENT_WORKFLOW == "deskhand.payment_event"
+    assert names.payment_event_workflow_id(4) == "payment-event-4"
 
 
 def test_every_name_a_parked_run_recorded_is_one_todays_code_still_answers_to():

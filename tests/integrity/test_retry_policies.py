@@ -104,3 +104,32 @@ def test_the_outbox_schedule_doubles_from_five_seconds_to_an_hour() -> None:
         2560.0,
         3600.0,
     ]
+
+
+def test_the_stripe_sdk_retries_only_what_the_effect_policy_leaves_it() -> None:
+    # The one SDK allowed to retry on its own (under our Idempotency-Key) gets attempts - 1
+    # retries, and every request it sends is drawn from the effect's one RequestSpend.
+    payments = product_sources()["agent/effects/payments.py"]
+    assert "max_network_retries=retry.sdk_network_retries(" in payments
+    assert "self.spend.take()" in payments
+    assert retry.sdk_network_retries(retry.EFFECT) == retry.EFFECT.max_attempts - 1
+    spelled = [
+        p for p, text in product_sources().items() if re.search(r"max_network_retries\s*=", text)
+    ]
+    assert spelled == ["agent/effects/payments.py"]
+
+
+def test_a_request_spend_says_no_after_the_attempts_or_the_seconds() -> None:
+    now = [0.0]
+    spend = retry.RequestSpend(
+        retry.RetryPolicy(max_attempts=3, budget_seconds=5.0, jitter=False),
+        clock=lambda: now[0],
+    )
+    assert [spend.take(), spend.take(), spend.take(), spend.take()] == [True, True, True, False]
+    assert spend.sent == 3
+    late = retry.RequestSpend(
+        retry.RetryPolicy(max_attempts=9, budget_seconds=5.0), clock=lambda: now[0]
+    )
+    assert late.take()
+    now[0] = 5.5
+    assert late.take() is False and late.sent == 1

@@ -1,33 +1,45 @@
-"""A payment provider double: a Stripe-style refunds API on 127.0.0.1, for tests and the demo.
+"""A Stripe double: the refunds API as the ``stripe`` SDK speaks it, on 127.0.0.1.
 
-A stdlib ``ThreadingHTTPServer`` (port 0) in a daemon thread. It speaks the subset of
-the refunds API ``agent.effects.payments`` uses — ``POST /v1/refunds`` (form-encoded
-``charge``, ``amount``, ``currency``, ``reason``, ``metadata[...]``, with an
-``Idempotency-Key`` header), ``GET /v1/refunds/{id}``, ``GET /v1/refunds`` (``charge``,
-``created[gte]``, ``limit``, ``starting_after``; newest first, ``has_more``) — and behaves
-like a provider where it matters for exactly-once:
+A stdlib ``ThreadingHTTPServer`` (port 0) in a daemon thread. It is strict where Stripe is
+strict, so a request the real API would refuse is refused here too, in Stripe's words
+(docs.stripe.com: "Idempotent requests", "Errors", "Refunds", "Versioning"):
 
-* **Idempotency.** The first request under a key that reaches the refund logic has its
-  status and body stored; the same key with the same parameters gets that answer again
-  (``Idempotent-Replayed: true``), with other parameters a 400 ``idempotency_error``. A key
-  still being processed gets a 409 ``idempotency_key_in_use``. Keys are forgotten after
+* **The wire.** ``POST /v1/refunds`` (``application/x-www-form-urlencoded``, nested
+  parameters as ``metadata[key]``), ``GET /v1/refunds`` (``charge``, ``payment_intent``,
+  ``created[gte|gt|lte|lt]``, ``limit``, ``starting_after``, ``ending_before``; newest first,
+  ``has_more``), ``GET /v1/refunds/{id}``. ``Authorization: Bearer <secret key>`` (401
+  otherwise, echoing the key it was sent as careless providers do); a ``Stripe-Version``
+  it does not speak is a 400; an unknown parameter is a 400 ``parameter_unknown``
+  ("Received unknown parameter: …"); a missing or malformed one
+  ``parameter_missing`` / ``parameter_invalid_integer``; an unknown path a 404.
+* **Payments.** ``charge("pi_…", amount)`` is a PaymentIntent with its charge (``ch_…``,
+  derived from the intent's id); ``charge("ch_…", amount)`` a charge from the older
+  Charges API, with no intent. A refund names both, is made against either, and a list
+  filters by either.
+* **Idempotency.** Keys are at most 255 characters. A request that fails validation
+  stores nothing under its key (Stripe: "no idempotent result is saved"). The first
+  request under a key that reaches the refund logic has its status and body stored
+  — successes and declines alike; the same key with the same method, path and
+  parameters gets that answer again (``Idempotent-Replayed: true``), with anything
+  different a 400 ``idempotency_error``. A key still being processed gets a 409
+  ``idempotency_error`` (code ``idempotency_key_in_use``). Keys are forgotten after
   ``key_window_seconds`` on the injectable ``clock`` — after that the same key makes a
   *second* refund, which is why Deskhand never re-sends a claim that old.
 * **Declines** (stored and replayed like any answer that reached the refund logic):
-  ``charge_already_refunded`` (nothing left on the charge), ``amount_too_large``,
-  ``charge_disputed`` (``charge(..., disputed=True)``), ``balance_insufficient``
-  (``balance_cents``), ``resource_missing`` (an unknown charge), or any code queued with
-  ``decline(code)``.
+  ``charge_already_refunded`` (nothing left), ``amount_too_large`` (more than is left),
+  ``charge_disputed``, ``balance_insufficient`` (``balance_cents``), ``resource_missing``
+  (an unknown payment), or any code queued with ``decline(code)``.
 * **Failures before the refund logic** (never stored, so a retry under the same key
-  proceeds): 401 for a wrong key (its message echoes the key it was sent, as careless
-  providers do), ``rate_limited(retry_after)`` (429 + ``Retry-After``), ``server_error()``
-  (500).
-* **Slow and lost answers**: ``slow(seconds)`` processes the request after a delay;
-  ``lose_response()`` makes the refund, stores the answer, and closes the connection
-  without a reply.
+  proceeds): ``rate_limited(retry_after)`` (429 + ``Retry-After``), ``server_error()``
+  (500 with ``Stripe-Should-Retry: true``, as Stripe marks a failure that did nothing).
+* **Slow and dropped answers**: ``slow(seconds)`` processes the request after a delay;
+  ``lose_response()`` makes the refund, stores the answer, and drops the connection
+  without a reply — the SDK sees a lost connection and retries under the same key.
 
 Everything it was asked is in ``requests``; every refund it made is in ``refunds``.
-``refund_directly`` makes one "behind the ledger's back", as a person in the provider's
+``webhook_event`` and ``signed`` make the events Stripe posts to a webhook endpoint, signed
+as Stripe signs them.
+``refund_directly`` makes one "behind the ledger's back", as a person in Stripe's
 dashboard would.
 """
 
@@ -35,6 +47,8 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import hashlib
+import hmac
 import json
 import secrets
 import socket
@@ -46,14 +60,40 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 DEFAULT_KEY = "sk_test_double_4eC39HqLyjWDarjtT1zdp7dc"
+API_VERSIONS = frozenset({"2026-10-28.endive"})
+"""The versions this double speaks: the one ``agent.effects.payments`` pins."""
+
+CREATE_PARAMS = frozenset(
+    {
+        "amount",
+        "charge",
+        "currency",
+        "customer",
+        "expand",
+        "instructions_email",
+        "metadata",
+        "origin",
+        "payment_intent",
+        "reason",
+        "refund_application_fee",
+        "reverse_transfer",
+    }
+)
+LIST_PARAMS = frozenset(
+    {"charge", "created", "ending_before", "expand", "limit", "payment_intent", "starting_after"}
+)
+REASONS = frozenset({"duplicate", "fraudulent", "requested_by_customer"})
 
 
 @dataclasses.dataclass
 class Charge:
+    """A payment at the double: a charge, and the PaymentIntent it belongs to (if any)."""
+
     id: str
     amount_cents: int
     currency: str = "usd"
     disputed: bool = False
+    payment_intent: str | None = None
 
 
 @dataclasses.dataclass
@@ -82,6 +122,14 @@ class Recorded:
     replayed: bool = False
 
 
+class Refused(Exception):
+    """A request Stripe refuses before acting: (status, error body); nothing is stored."""
+
+    def __init__(self, status: int, body: dict[str, Any]) -> None:
+        super().__init__(status)
+        self.status, self.body = status, body
+
+
 class PaymentsApi:
     def __init__(
         self,
@@ -95,7 +143,7 @@ class PaymentsApi:
         self.key_window_seconds = key_window_seconds
         self.clock = clock
         self.balance_cents = balance_cents
-        self.charges: dict[str, Charge] = {}
+        self.charges: dict[str, Charge] = {}  # by charge id and by payment intent id
         self.refunds: list[dict[str, Any]] = []
         self.requests: list[Recorded] = []
         self._keys: dict[str, Stored] = {}
@@ -133,7 +181,7 @@ class PaymentsApi:
         return {"DESKHAND_PAYMENTS_URL": self.url, "DESKHAND_PAYMENTS_API_KEY": self.api_key}
 
     def reset(self) -> None:
-        """Forget every charge, refund, key, request and scripted behaviour (a new world)."""
+        """Forget every payment, refund, key, request and scripted behaviour (a new world)."""
         with self._lock:
             self.charges.clear()
             self.refunds.clear()
@@ -145,21 +193,30 @@ class PaymentsApi:
     # --- the world --------------------------------------------------------------------
 
     def charge(
-        self, charge_id: str, amount_cents: int, currency: str = "usd", *, disputed: bool = False
+        self, reference: str, amount_cents: int, currency: str = "usd", *, disputed: bool = False
     ) -> Charge:
+        """A payment: ``pi_…`` makes a PaymentIntent and its charge, ``ch_…`` a bare charge."""
         with self._lock:
-            self.charges[charge_id] = Charge(charge_id, amount_cents, currency.lower(), disputed)
-            return self.charges[charge_id]
+            intent = reference if reference.startswith("pi_") else None
+            charge_id = "ch_" + reference[3:] if intent else reference
+            made = Charge(charge_id, amount_cents, currency.lower(), disputed, intent)
+            self.charges[charge_id] = made
+            if intent:
+                self.charges[intent] = made
+            return made
 
-    def refunded_cents(self, charge_id: str) -> int:
+    def refunded_cents(self, reference: str) -> int:
+        """What is refunded on a payment, named by its intent or its charge."""
         with self._lock:
-            return sum(r["amount"] for r in self.refunds if r["charge"] == charge_id)
+            charge = self.charges[reference]
+            return sum(r["amount"] for r in self.refunds if r["charge"] == charge.id)
 
-    def refund_directly(self, charge_id: str, amount_cents: int, **metadata: str) -> dict[str, Any]:
-        """A refund made at the provider without Deskhand (its dashboard, another system)."""
+    def refund_directly(self, reference: str, amount_cents: int, **metadata: str) -> dict[str, Any]:
+        """A refund made at Stripe without Deskhand (its dashboard, another system)."""
         with self._lock:
-            charge = self.charges[charge_id]
-            return self._make(charge, amount_cents, "requested_by_customer", dict(metadata))
+            return self._make(
+                self.charges[reference], amount_cents, "requested_by_customer", metadata
+            )
 
     # --- scripted behaviour of the next POST /v1/refunds -------------------------------
 
@@ -195,43 +252,87 @@ class PaymentsApi:
             "id": "re_" + secrets.token_hex(12),
             "object": "refund",
             "amount": amount,
+            "balance_transaction": "txn_" + secrets.token_hex(12),
             "charge": charge.id,
-            "currency": charge.currency,
             "created": int(self.clock()),
-            "metadata": metadata,
-            "reason": reason,
+            "currency": charge.currency,
+            "destination_details": None,
+            "metadata": dict(metadata),
+            "payment_intent": charge.payment_intent,
+            "reason": reason or None,
+            "receipt_number": None,
+            "source_transfer_reversal": None,
             "status": "succeeded",
+            "transfer_reversal": None,
         }
         self.refunds.append(refund)
         if self.balance_cents is not None:
             self.balance_cents -= amount
         return refund
 
+    def _validate_create(
+        self, form: list[tuple[str, str]]
+    ) -> tuple[dict[str, str], dict[str, str]]:
+        """(parameters, metadata) of a create, or ``Refused`` as Stripe words it."""
+        params: dict[str, str] = {}
+        metadata: dict[str, str] = {}
+        for name, value in form:
+            top = name.split("[", 1)[0]
+            if top not in CREATE_PARAMS:
+                raise Refused(400, _unknown_parameter(top))
+            if top == "metadata":
+                if not (name.startswith("metadata[") and name.endswith("]")):
+                    raise Refused(400, _invalid("metadata", "Invalid hash", "parameter_invalid"))
+                metadata[name[9:-1]] = value
+            else:
+                params[name] = value
+        if "charge" not in params and "payment_intent" not in params:
+            raise Refused(
+                400,
+                _error(
+                    "invalid_request_error",
+                    "One of the following params should be provided for this request: "
+                    "payment_intent or charge.",
+                    code="parameter_missing",
+                ),
+            )
+        if "amount" in params and not params["amount"].lstrip("-").isdigit():
+            raise Refused(
+                400,
+                _invalid(
+                    "amount",
+                    "Invalid integer: " + params["amount"][:40],
+                    "parameter_invalid_integer",
+                ),
+            )
+        if params.get("reason", "requested_by_customer") not in REASONS:
+            raise Refused(
+                400,
+                _invalid(
+                    "reason",
+                    f"Invalid reason: must be one of {', '.join(sorted(REASONS))}",
+                    "parameter_invalid",
+                ),
+            )
+        return params, metadata
+
     def _refund_logic(
-        self, form: dict[str, str], metadata: dict[str, str], script: Scripted | None
+        self, params: dict[str, str], metadata: dict[str, str], script: Scripted | None
     ) -> tuple[int, dict[str, Any]]:
-        charge = self.charges.get(form.get("charge", ""))
-        if charge is None:
+        named = params.get("payment_intent") or params.get("charge", "")
+        field = "payment_intent" if "payment_intent" in params else "charge"
+        charge = self.charges.get(named)
+        if charge is None or (field == "payment_intent") != named.startswith("pi_"):
+            what = "payment_intent" if field == "payment_intent" else "charge"
             return 404, _error(
                 "invalid_request_error",
-                f"No such charge: '{form.get('charge', '')}'",
+                f"No such {what}: '{named}'",
                 code="resource_missing",
-                param="charge",
-            )
-        try:
-            amount = int(form.get("amount", ""))
-        except ValueError:
-            return 400, _error(
-                "invalid_request_error",
-                "Invalid integer: amount",
-                code="parameter_invalid_integer",
-                param="amount",
+                param=field,
             )
         if script is not None and script.kind == "decline":
             return 402, _error(
-                "invalid_request_error",
-                f"The refund was declined ({script.code}).",
-                code=script.code,
+                "card_error", f"The refund was declined ({script.code}).", code=script.code
             )
         if charge.disputed:
             return 400, _error(
@@ -240,6 +341,7 @@ class PaymentsApi:
                 code="charge_disputed",
             )
         left = charge.amount_cents - self.refunded_cents(charge.id)
+        amount = int(params["amount"]) if "amount" in params else left
         if left <= 0:
             return 400, _error(
                 "invalid_request_error",
@@ -249,34 +351,31 @@ class PaymentsApi:
         if amount < 1 or amount > left:
             return 400, _error(
                 "invalid_request_error",
-                f"Refund amount ({amount}) is greater than unrefunded amount on charge ({left})",
+                f"Refund amount ({_money(amount, charge.currency)}) is greater than unrefunded "
+                f"amount on charge ({_money(left, charge.currency)})",
                 code="amount_too_large",
                 param="amount",
             )
         if self.balance_cents is not None and amount > self.balance_cents:
             return 400, _error(
                 "invalid_request_error",
-                "You have insufficient funds in your account for this refund.",
+                "You have insufficient funds in your Stripe account for this refund.",
                 code="balance_insufficient",
             )
-        return 200, self._make(charge, amount, form.get("reason", ""), metadata)
+        return 200, self._make(charge, amount, params.get("reason", ""), metadata)
 
     def handle_create(
-        self, key: str | None, form_pairs: list[tuple[str, str]]
+        self, key: str | None, form: list[tuple[str, str]]
     ) -> tuple[int, dict[str, Any], dict[str, str], Scripted | None]:
         """(status, body, extra headers, script): what a POST /v1/refunds is answered."""
-        form = {k: v for k, v in form_pairs if not k.startswith("metadata[")}
-        metadata = {
-            k[9:-1]: v for k, v in form_pairs if k.startswith("metadata[") and k.endswith("]")
-        }
-        fingerprint = json.dumps(sorted(form_pairs))
         script = self._next_script()
         if script is not None and script.kind == "rate_limited":
             return (
                 429,
                 _error(
-                    "rate_limit_error",
-                    "Too many requests hit the API too quickly.",
+                    "invalid_request_error",
+                    "Too many requests hit the API too quickly. We recommend an exponential "
+                    "backoff of your requests.",
                     code="rate_limit",
                 ),
                 {"Retry-After": f"{script.retry_after:g}"},
@@ -286,15 +385,27 @@ class PaymentsApi:
             return (
                 500,
                 _error("api_error", "An unknown error occurred while processing the request."),
+                {"Stripe-Should-Retry": "true"},
+                None,
+            )
+        if key is not None and len(key) > 255:
+            return (
+                400,
+                _error(
+                    "invalid_request_error",
+                    "Invalid idempotency key: must be at most 255 characters.",
+                    code="idempotency_key_too_long",
+                ),
                 {},
                 None,
             )
+        fingerprint = json.dumps(["POST", "/v1/refunds", sorted(form)])
         with self._lock:
             now = self.clock()
             if key is not None:
                 stored = self._keys.get(key)
                 if stored is not None and now - stored.at > self.key_window_seconds:
-                    del self._keys[key]  # expired: forgotten, as a provider prunes old keys
+                    del self._keys[key]  # expired: forgotten, as Stripe prunes keys after 24 h
                     stored = None
                 if stored is not None:
                     if stored.fingerprint != fingerprint:
@@ -302,32 +413,40 @@ class PaymentsApi:
                             400,
                             _error(
                                 "idempotency_error",
-                                "Keys for idempotent requests can only be used with the same parameters "
-                                f"they were first used with. Try using a key other than '{key}' if you "
-                                "meant to execute a different request.",
+                                "Keys for idempotent requests can only be used with the same "
+                                "parameters they were first used with. Try using a key other "
+                                f"than '{key}' if you meant to execute a different request.",
                             ),
                             {},
                             None,
                         )
-                    return stored.status, stored.body, {"Idempotent-Replayed": "true"}, None
+                    return stored.status, stored.body, {"Idempotent-Replayed": "true"}, script
                 if key in self._in_progress:
                     return (
                         409,
                         _error(
                             "idempotency_error",
-                            "There is currently another in-progress request using this idempotency key. "
-                            "Please try again later.",
+                            "There is currently another in-progress request using this "
+                            f"idempotent key (that probably means you submitted twice, and the "
+                            f"other request is still going through): {key}. Please try again "
+                            "later.",
                             code="idempotency_key_in_use",
                         ),
                         {},
                         None,
                     )
+        try:
+            params, metadata = self._validate_create(form)
+        except Refused as refused:
+            return refused.status, refused.body, {}, None  # validation: nothing stored
+        with self._lock:
+            if key is not None:
                 self._in_progress.add(key)
         try:
             if script is not None and script.kind == "slow":
                 time.sleep(script.seconds)
             with self._lock:
-                status, body = self._refund_logic(form, metadata, script)
+                status, body = self._refund_logic(params, metadata, script)
                 if key is not None:
                     self._keys[key] = Stored(fingerprint, status, body, self.clock())
         finally:
@@ -336,32 +455,77 @@ class PaymentsApi:
                     self._in_progress.discard(key)
         return status, body, {}, script
 
-    def list(self, query: dict[str, str]) -> dict[str, Any]:
+    def list(self, query: list[tuple[str, str]]) -> dict[str, Any]:
+        for name, _ in query:
+            if name.split("[", 1)[0] not in LIST_PARAMS:
+                raise Refused(400, _unknown_parameter(name.split("[", 1)[0]))
+        q = dict(query)
         with self._lock:
-            rows = sorted(self.refunds, key=lambda r: r["created"], reverse=True)
-        if "charge" in query:
-            rows = [r for r in rows if r["charge"] == query["charge"]]
-        if "created[gte]" in query:
-            rows = [r for r in rows if r["created"] >= int(query["created[gte]"])]
-        if "starting_after" in query:
-            ids = [r["id"] for r in rows]
-            at = (
-                ids.index(query["starting_after"]) + 1
-                if query["starting_after"] in ids
-                else len(ids)
+            rows = sorted(
+                enumerate(self.refunds),
+                key=lambda pair: (pair[1]["created"], pair[0]),
+                reverse=True,
             )
-            rows = rows[at:]
-        limit = max(1, min(100, int(query.get("limit", "10"))))
+        found = [r for _, r in rows]
+        if "charge" in q:
+            found = [r for r in found if r["charge"] == q["charge"]]
+        if "payment_intent" in q:
+            found = [r for r in found if r["payment_intent"] == q["payment_intent"]]
+        for op, keep in (
+            ("gte", lambda c, v: c >= v),
+            ("gt", lambda c, v: c > v),
+            ("lte", lambda c, v: c <= v),
+            ("lt", lambda c, v: c < v),
+        ):
+            bound = q.get(f"created[{op}]")
+            if bound is not None:
+                if not bound.isdigit():
+                    raise Refused(
+                        400,
+                        _invalid(
+                            f"created[{op}]",
+                            f"Invalid integer: {bound[:40]}",
+                            "parameter_invalid_integer",
+                        ),
+                    )
+                found = [r for r in found if keep(r["created"], int(bound))]
+        if "starting_after" in q:
+            ids = [r["id"] for r in found]
+            if q["starting_after"] not in ids:
+                raise Refused(
+                    404,
+                    _error(
+                        "invalid_request_error",
+                        f"No such refund: '{q['starting_after']}'",
+                        code="resource_missing",
+                        param="starting_after",
+                    ),
+                )
+            found = found[ids.index(q["starting_after"]) + 1 :]
+        limit_text = q.get("limit", "10")
+        if not limit_text.isdigit() or not 1 <= int(limit_text) <= 100:
+            raise Refused(
+                400,
+                _invalid(
+                    "limit", "This value must be between 1 and 100.", "parameter_invalid_integer"
+                ),
+            )
+        limit = int(limit_text)
         return {
             "object": "list",
             "url": "/v1/refunds",
-            "data": rows[:limit],
-            "has_more": len(rows) > limit,
+            "data": found[:limit],
+            "has_more": len(found) > limit,
         }
 
     def get(self, refund_id: str) -> dict[str, Any] | None:
         with self._lock:
             return next((r for r in self.refunds if r["id"] == refund_id), None)
+
+
+def _money(cents: int, currency: str) -> str:
+    sign = {"usd": "$", "eur": "€", "gbp": "£"}.get(currency, currency.upper() + " ")
+    return f"{sign}{cents // 100}.{cents % 100:02d}"
 
 
 def _error(
@@ -370,9 +534,23 @@ def _error(
     err: dict[str, Any] = {"type": kind, "message": message}
     if code:
         err["code"] = code
+        err["doc_url"] = f"https://docs.stripe.com/error-codes/{code.replace('_', '-')}"
     if param:
         err["param"] = param
     return {"error": err}
+
+
+def _unknown_parameter(name: str) -> dict[str, Any]:
+    return _error(
+        "invalid_request_error",
+        f"Received unknown parameter: {name}",
+        code="parameter_unknown",
+        param=name,
+    )
+
+
+def _invalid(param: str, message: str, code: str) -> dict[str, Any]:
+    return _error("invalid_request_error", message, code=code, param=param)
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -391,6 +569,9 @@ class _Handler(BaseHTTPRequestHandler):
             self.send_header("Content-Type", "application/json")
             self.send_header("Content-Length", str(len(data)))
             self.send_header("Request-Id", "req_" + secrets.token_hex(8))
+            version = self.headers.get("Stripe-Version")
+            if version:
+                self.send_header("Stripe-Version", version)
             for k, v in (headers or {}).items():
                 self.send_header(k, v)
             self.end_headers()
@@ -398,13 +579,26 @@ class _Handler(BaseHTTPRequestHandler):
         except OSError:
             pass  # the client gave up (timed out) first
 
-    def _authorised(self, rec: Recorded) -> bool:
+    def _admitted(self, rec: Recorded) -> bool:
+        """Authorised, and in a version this double speaks; else answered with Stripe's error."""
         given = self.headers.get("Authorization", "").removeprefix("Bearer ").strip()
-        if given == self.api.api_key:
-            return True
-        rec.status = 401
-        self._send(401, _error("invalid_request_error", f"Invalid API Key provided: {given}"))
-        return False
+        if given != self.api.api_key:
+            rec.status = 401
+            self._send(401, _error("invalid_request_error", f"Invalid API Key provided: {given}"))
+            return False
+        version = self.headers.get("Stripe-Version")
+        if version is not None and version not in API_VERSIONS:
+            rec.status = 400
+            self._send(
+                400,
+                _error(
+                    "invalid_request_error",
+                    f"Invalid Stripe API version: {version[:60]}",
+                    code="api_version_invalid",
+                ),
+            )
+            return False
+        return True
 
     def _record(self, form: list[tuple[str, str]]) -> Recorded:
         rec = Recorded(self.command, self.path, dict(self.headers.items()), form)
@@ -424,14 +618,25 @@ class _Handler(BaseHTTPRequestHandler):
                 _error("invalid_request_error", f"Unrecognized request URL (POST: {self.path})."),
             )
             return
-        if not self._authorised(rec):
+        if not self._admitted(rec):
+            return
+        kind = self.headers.get("Content-Type", "").split(";")[0].strip().lower()
+        if kind != "application/x-www-form-urlencoded":
+            rec.status = 400
+            self._send(
+                400,
+                _error(
+                    "invalid_request_error",
+                    "Invalid request: the body must be application/x-www-form-urlencoded.",
+                ),
+            )
             return
         status, body, headers, script = self.api.handle_create(
             self.headers.get("Idempotency-Key"), form
         )
         rec.status, rec.replayed = status, "Idempotent-Replayed" in headers
-        if script is not None and script.kind == "lose_response":
-            # The refund is made and its answer stored; the reply never arrives.
+        if script is not None and script.kind == "lose_response" and not rec.replayed:
+            # The refund is made and its answer stored; the connection drops without a reply.
             self.close_connection = True
             with contextlib.suppress(OSError):
                 self.connection.shutdown(socket.SHUT_RDWR)
@@ -440,23 +645,34 @@ class _Handler(BaseHTTPRequestHandler):
 
     def do_GET(self) -> None:
         rec = self._record([])
-        if not self._authorised(rec):
+        if not self._admitted(rec):
             return
         parts = urllib.parse.urlsplit(self.path)
-        if parts.path == "/v1/refunds":
-            rec.status = 200
-            self._send(200, self.api.list(dict(urllib.parse.parse_qsl(parts.query))))
-            return
-        if parts.path.startswith("/v1/refunds/"):
-            refund = self.api.get(urllib.parse.unquote(parts.path.rsplit("/", 1)[1]))
-            if refund is None:
-                rec.status = 404
-                self._send(
-                    404, _error("invalid_request_error", "No such refund", code="resource_missing")
-                )
+        try:
+            if parts.path == "/v1/refunds":
+                body = self.api.list(urllib.parse.parse_qsl(parts.query, keep_blank_values=True))
+                rec.status = 200
+                self._send(200, body)
                 return
-            rec.status = 200
-            self._send(200, refund)
+            if parts.path.startswith("/v1/refunds/"):
+                refund_id = urllib.parse.unquote(parts.path.rsplit("/", 1)[1])
+                refund = self.api.get(refund_id)
+                if refund is None:
+                    raise Refused(
+                        404,
+                        _error(
+                            "invalid_request_error",
+                            f"No such refund: '{refund_id}'",
+                            code="resource_missing",
+                            param="id",
+                        ),
+                    )
+                rec.status = 200
+                self._send(200, refund)
+                return
+        except Refused as refused:
+            rec.status = refused.status
+            self._send(refused.status, refused.body)
             return
         rec.status = 404
         self._send(
@@ -464,8 +680,33 @@ class _Handler(BaseHTTPRequestHandler):
         )
 
 
+def webhook_event(
+    kind: str, obj: dict[str, Any], *, event_id: str | None = None, at: float | None = None
+) -> dict[str, Any]:
+    """A Stripe event as a webhook delivers it (``charge.refunded``, ``refund.updated``, …)."""
+    return {
+        "id": event_id or "evt_" + secrets.token_hex(12),
+        "object": "event",
+        "api_version": sorted(API_VERSIONS)[-1],
+        "created": int(at if at is not None else time.time()),
+        "data": {"object": obj},
+        "livemode": False,
+        "pending_webhooks": 1,
+        "request": {"id": None, "idempotency_key": None},
+        "type": kind,
+    }
+
+
+def signed(body: bytes, secret: str, *, at: float | None = None) -> str:
+    """The ``Stripe-Signature`` header Stripe sends with ``body``: ``t=…,v1=<hex HMAC-SHA256
+    of "t.body" under the endpoint's secret>`` (docs.stripe.com, "Verify webhook signatures")."""
+    stamp = int(at if at is not None else time.time())
+    mac = hmac.new(secret.encode(), f"{stamp}.".encode() + body, hashlib.sha256).hexdigest()
+    return f"t={stamp},v1={mac}"
+
+
 def charge_seeded_orders(api: PaymentsApi) -> int:
-    """Give the double a charge for every order the database says was paid through it."""
+    """Give the double a payment for every order the database says was paid through it."""
     from deskhand.domain.desk.models import Order
 
     n = 0

@@ -441,8 +441,9 @@ def _user(email: str, **flags: bool) -> User:
 
 
 def charge_id(merchant_slug: str, order_reference: str) -> str:
-    """The demo charge id of a seeded order at the payment provider."""
-    return f"ch_{merchant_slug}_{order_reference}".lower().replace("-", "_")
+    """The demo payment of a seeded order at Stripe: a PaymentIntent id (``pi_…``), what
+    refunds are made against (agent.effects.payments)."""
+    return f"pi_{merchant_slug}_{order_reference}".lower().replace("-", "_")
 
 
 def _seed_merchant(spec: MerchantSpec, now: dt.datetime) -> None:

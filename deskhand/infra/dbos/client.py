@@ -29,6 +29,7 @@ from deskhand.infra.dbos.names import (
     CUSTOMER_LINE_WORKFLOW,
     INBOUND_WORKFLOW,
     INTAKE_QUEUE,
+    PAYMENT_EVENT_WORKFLOW,
     QUEUE_CHANNEL,
     RUN_WORKFLOW,
     STEER_TOPIC,
@@ -36,6 +37,7 @@ from deskhand.infra.dbos.names import (
     customer_topic,
     inbound_workflow_id,
     line_workflow_id,
+    payment_event_workflow_id,
 )
 
 if TYPE_CHECKING:
@@ -257,6 +259,13 @@ def enqueue_inbound(inbound_id: int, attempt: int = 0, *, by_sweep: bool = False
 def enqueue_line(line_id: int, attempt: int = 0, *, by_sweep: bool = False) -> None:
     """Queue the routing workflow of a customer's line (the same id twice is one workflow)."""
     _enqueue_intake(CUSTOMER_LINE_WORKFLOW, line_workflow_id(line_id, attempt), line_id, by_sweep)
+
+
+def enqueue_payment_event(event_id: int) -> None:
+    """Queue the workflow of a stored payment event (the same id twice is one workflow)."""
+    _enqueue_intake(
+        PAYMENT_EVENT_WORKFLOW, payment_event_workflow_id(event_id), event_id, by_sweep=False
+    )
 
 
 def intake_redriven_since(since: dt.datetime) -> int:

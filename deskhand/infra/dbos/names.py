@@ -30,6 +30,10 @@ CUSTOMER_LINE_WORKFLOW = "deskhand.customer_line"
 """A customer's line that came in another way (the API, a help desk) routed: a waiting run
 woken or an automatic run opened. Its id is ``line_workflow_id(line pk)``."""
 
+PAYMENT_EVENT_WORKFLOW = "deskhand.payment_event"
+"""A stored payment-provider webhook event processed (a Stripe refund's news compared with
+the ledger). Its id is ``payment_event_workflow_id(row pk)``."""
+
 ESCALATION_WORKFLOW = "approvals.escalation_sweep"
 RECONCILIATION_WORKFLOW = "effects.reconciliation"
 RETENTION_WORKFLOW = "privacy.retention_sweep"
@@ -73,6 +77,12 @@ def inbound_workflow_id(inbound_id: int, attempt: int = 0) -> str:
 def line_workflow_id(line_id: int, attempt: int = 0) -> str:
     """The routing workflow of customer line ``line_id`` (see ``inbound_workflow_id``)."""
     return f"line-{line_id}" + (f"-r{attempt}" if attempt else "")
+
+
+def payment_event_workflow_id(event_id: int) -> str:
+    """The workflow of stored payment event ``event_id``: one per row, so a redelivery or a
+    second enqueue is the same workflow."""
+    return f"payment-event-{event_id}"
 
 
 def limited_reply_topic(child_workflow_id: str) -> str:

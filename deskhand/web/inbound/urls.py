@@ -1,11 +1,14 @@
-"""Inbound webhooks. Mailgun posts the raw MIME to a route URL that ends in ``mime``."""
+"""Inbound webhooks. Mailgun posts the raw MIME to a route URL that ends in ``mime``; Stripe
+posts each merchant's refund events to that merchant's own endpoint."""
 
 from django.urls import path
 
 from deskhand.web.inbound.mail import mailgun_inbound
+from deskhand.web.inbound.stripe import stripe_webhook
 
 app_name = "mail"
 urlpatterns = [
     path("mailgun/", mailgun_inbound, name="mailgun"),
     path("mailgun/mime", mailgun_inbound, name="mailgun_mime"),
+    path("stripe/<slug:merchant>/", stripe_webhook, name="stripe"),
 ]
