@@ -7,7 +7,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('agent', '0018_run_and_step_indexes'),
+        ('agent', '0019_run_order_source'),
         ('desk', '0011_knowledge_versions'),
     ]
 
