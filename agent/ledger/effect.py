@@ -26,7 +26,7 @@ from agent.models.ledger import LedgerEntry, LedgerState
 from agent.record import faults
 from agent.record.execute import not_performed, tool_context
 from agent.record.steplog import storable
-from agent.steps import Done
+from agent.steps import Done, ToolPayload
 from agent.tools import ToolError, args_hash, get_tool
 from agent.tools.narrowing import (
     NarrowingRefused,
@@ -126,7 +126,7 @@ def execute_irreversible(run_id: str, seq: int, call: dict[str, Any], approval_i
                 tool=name,
                 call_id=call_id,
                 arguments=done_args,
-                result={"text": text, "ledger_key": entry.key},
+                result=ToolPayload(text=text, ledger_key=entry.key),
                 ok=entry.ok,
                 replayed=True,
             )
@@ -173,7 +173,7 @@ def execute_irreversible(run_id: str, seq: int, call: dict[str, Any], approval_i
                     tool=name,
                     call_id=call_id,
                     arguments=done_args,
-                    result={"text": text, "ledger_key": key, "approval_id": approval_id},
+                    result=ToolPayload(text=text, ledger_key=key, approval_id=approval_id),
                     ok=entry.ok,
                     latency_ms=int((time.monotonic() - started) * 1000),
                 )
