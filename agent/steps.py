@@ -22,7 +22,12 @@ from typing import Any, ClassVar, Self
 JSON = dict[str, Any]
 
 
+_AS_IS = (str, int, float, list, dict, type(None))  # bool is an int
+
+
 def _plain(value: Any) -> Any:
+    if isinstance(value, _AS_IS):
+        return value
     if isinstance(value, Recorded):
         return value.to_json()
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
