@@ -39,17 +39,19 @@ def _decided_how(approval: Approval | None) -> str:
 
 
 def run_ledger_entries(run_id: Any) -> list[LedgerEntry]:
-    """``LedgerEntry.objects.filter(run_id=run_id).select_related("approval",
-    "approval__decided_by", "approval__policy").order_by("created_at", "id")``.
+    """``LedgerEntry.objects.filter(run_id=run_id).select_related("approval")
+    .order_by("created_at", "id")``. (Who decided is on the approval's row; its policy is read
+    only for a policy's decision.)
 
     What it buys, with ``run_approvals_not_performed``: the summary written at every run's end
-    takes 0.5-0.6 ms of CPU through these and 2.5-4.2 ms through the ORM forms (``process_time``,
-    best of 5 rounds of 200 calls, four rounds alternating the two, 2026-12-07, 2 shared cores
+    takes 0.5-1.1 ms of CPU through these and 2.5-4.7 ms through the ORM forms (``process_time``,
+    best of 5 rounds of 200 calls, eight rounds alternating the two, 2026-12-07, 2 shared cores
     at load 6-10), so 0.2-0.3 ms of ``bench --loop``'s CPU a step (12 steps a run): the largest
     of the reads the 0.2.0 re-layout moved to the ORM (docs/benchmarks.md, "--loop")."""
-    related = ("approval", "approval__decided_by", "approval__policy")
     order = 't0."created_at", t0."id"'
-    return rows_where(LedgerEntry, 't0."run_id" = %s', (run_id,), related=related, order_by=order)
+    return rows_where(
+        LedgerEntry, 't0."run_id" = %s', (run_id,), related=("approval",), order_by=order
+    )
 
 
 def run_approvals_not_performed(run_id: Any) -> list[Approval]:

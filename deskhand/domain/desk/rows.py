@@ -1,4 +1,4 @@
-"""Reads through a statement built once: those the agent's CPU per step is measured to need.
+"""Reads through a statement built once: the two the agent's CPU per step is measured to need.
 
 Through a queryset, each read compiles its SQL again and walks ``select_related``'s (and
 ``prefetch_related``'s) machinery. Here the SELECT is built once per shape from the models'
@@ -18,15 +18,12 @@ the ORM form; docs/benchmarks.md, "What the workarounds buy"):
   WHERE lives, each pinned against its ORM form in ``tests/integrity/test_rows.py``.
   Through the ORM, with ``kb_search``: +0 % to +39 %, median +31 % (5 pairs).
 
-* ``rows_where`` with a two-deep ``related`` — the run's summary (``agent.run.selectors``:
-  ``run_ledger_entries``, ``run_approvals_not_performed``), its figure in their docstrings.
+* ``rows_where`` — the run's summary (``agent.run.selectors.run_ledger_entries`` and
+  ``run_approvals_not_performed``), its figure in their docstrings.
 
 Back to the ORM, each under 10 %: ``kb_search`` alone +8 % to +53 %, median +9 % (3 pairs;
 ``bench --loop --sites``: 0.9 ms of SQL CPU a 15-step run), and the reads asked once a run
-(the lineage, the policy, the webhook, a closing run's approvals, the own-claim lock);
-with the summary they were -7 % to +20 %, median +5 % (4 pairs) by wall-clock pairs, but
-by cProfile's call counts (deterministic) they took the ORM layer from 11.0k to 19.9k calls
-a run, the summary a third of that (docs/benchmarks.md, "--loop").
+(the lineage, the policy, the webhook, a closing run's approvals, the own-claim lock).
 """
 
 from __future__ import annotations
@@ -47,17 +44,14 @@ class _Part:
     attnames: list[str]
     pk_index: int
     converters: list[tuple[Any, list[Callable[..., Any]]]]  # each column's, the ORM's own
-    fk: Any  # the foreign key it hangs off; None for the read model itself
-    parent: int = 0  # the part whose row that key is on
+    fk: Any  # the read model's foreign key it hangs off; None for the read model itself
 
 
 # (model, related, lock, alias, where, tail) -> (SQL, one part per model read)
 _BUILT: dict[tuple[Any, ...], tuple[str, list[_Part]]] = {}
 
 
-def _part(
-    model: type[models.Model], alias: str, table: str, fk: Any, parent: int = 0
-) -> tuple[list[str], _Part]:
+def _part(model: type[models.Model], alias: str, table: str, fk: Any) -> tuple[list[str], _Part]:
     conn = connections[alias]
     fields = list(model._meta.concrete_fields)
     cols = [f"{table}.{conn.ops.quote_name(str(f.column))}" for f in fields]
@@ -66,7 +60,7 @@ def _part(
         col = f.get_col(table)
         converters.append((col, [*conn.ops.get_db_converters(col), *f.get_db_converters(conn)]))
     attnames = [f.attname for f in fields]
-    return cols, _Part(model, attnames, fields.index(model._meta.pk), converters, fk, parent)
+    return cols, _Part(model, attnames, fields.index(model._meta.pk), converters, fk)
 
 
 def _build(
@@ -82,28 +76,19 @@ def _build(
     cols, first = _part(model, alias, "t0", None)
     parts = [first]
     joins = []
-    # Each path read so far ("approval", "approval__decided_by"): its part, model and join.
-    seen: dict[str, tuple[int, type[models.Model], bool]] = {"": (0, model, False)}
-    for path in related:
-        head, _, name = path.rpartition("__")
-        if head not in seen:
-            raise ValueError(f"{path}: name {head} in related first")
-        parent, owner, outer = seen[head]
-        fk = owner._meta.get_field(name)
+    for i, name in enumerate(related, start=1):
+        fk = model._meta.get_field(name)
         if not isinstance(fk, models.ForeignKey):
-            raise TypeError(f"{owner.__name__}.{name} is not a foreign key")
+            raise TypeError(f"{model.__name__}.{name} is not a foreign key of its own")
         target = fk.related_model
         assert isinstance(target, type)
-        i = len(parts)
-        rcols, part = _part(target, alias, f"t{i}", fk, parent)
+        rcols, part = _part(target, alias, f"t{i}", fk)
         cols += rcols
         parts.append(part)
-        outer = outer or fk.null  # below an outer join every join is outer too
         joins.append(
-            f"{'LEFT JOIN' if outer else 'JOIN'} {q(target._meta.db_table)} t{i}"
-            f" ON t{i}.{q(str(fk.target_field.column))} = t{parent}.{q(str(fk.column))}"
+            f"{'LEFT JOIN' if fk.null else 'JOIN'} {q(target._meta.db_table)} t{i}"
+            f" ON t{i}.{q(str(fk.target_field.column))} = t0.{q(str(fk.column))}"
         )
-        seen[path] = (i, target, outer)
     sql = (
         f"SELECT {', '.join(cols)} FROM {q(model._meta.db_table)} t0 {' '.join(joins)}"
         f" WHERE {where}{tail}" + (" FOR UPDATE OF t0" if lock else "")
@@ -114,24 +99,20 @@ def _build(
 def _instances(row: Sequence[Any], parts: list[_Part], using: str) -> models.Model:
     """The read model's instance from one row, its related rows cached on it."""
     conn = connections[using]
-    start, instances = 0, list[models.Model | None]()
+    start, out = 0, None
     for part in parts:
         values = list(row[start : start + len(part.attnames)])
         start += len(part.attnames)
-        owner = instances[part.parent] if part.fk is not None else None
-        if part.fk is not None and values[part.pk_index] is None:  # a key holding no row
-            if owner is not None:
-                part.fk.set_cached_value(owner, None)
-            instances.append(None)
-            continue
-        for i, (col, convs) in enumerate(part.converters):
-            for convert in convs:
-                values[i] = convert(values[i], col, conn)
-        obj = part.cls.from_db(using, part.attnames, values)
-        if owner is not None:
-            part.fk.set_cached_value(owner, obj)
-        instances.append(obj)
-    out = instances[0]
+        obj = None
+        if part.fk is None or values[part.pk_index] is not None:  # else a key holding no row
+            for i, (col, convs) in enumerate(part.converters):
+                for convert in convs:
+                    values[i] = convert(values[i], col, conn)
+            obj = part.cls.from_db(using, part.attnames, values)
+        if out is None:
+            out = obj
+        else:
+            part.fk.set_cached_value(out, obj)
     assert out is not None
     return out
 
@@ -146,8 +127,7 @@ def row_by_pk[M: models.Model](
 ) -> M:
     """``model.objects.select_related(*related).get(pk=pk)`` (with ``select_for_update(of=
     ("self",))`` when ``lock``): the same instance, its related rows cached on it.
-    ``related`` names foreign keys as ``select_related`` does ("approval__decided_by" after
-    "approval"). Raises ``model.DoesNotExist``."""
+    ``related`` names the model's own foreign keys. Raises ``model.DoesNotExist``."""
     key = (model, tuple(related), lock, using, None, "")
     built = _BUILT.get(key)
     if built is None:
