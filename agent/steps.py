@@ -1,17 +1,12 @@
 """What a run's steps record: one small frozen type per step output and per step-log row.
 
-Two records, one family. DBOS checkpoints a step's output as JSON (the portable
-serializer): the runtime records ``to_json()`` and hands the loop back ``from_json(recorded)``
-(``agent.runtime.recorded``), so a fresh output and a replayed one are the same value; the
-JSON carries ``v``, the type's version, and an output of another version is refused (a shape
-change ships under a new application version, docs/deploys.md). The step log's rows
-(``Step.result``) are the ``Row`` types below: ``agent.record.steplog.log_step`` stores
-their ``to_json()`` and ``agent.models.payloads.read`` reads them back with ``from_json``, so
-the step log, replay (``agent.replay``), forks and the console read the very types the loop's
-checkpoints hold (a staff ``Note`` is one type in a turn's output and in its NOTE row). A row
-carries ``version``; rows stay as long as retention keeps them, so a row of an older version
-still reads (a missing key takes the field's default). ``tests/integrity/test_persisted_names.py``
-pins every type's fields and version.
+DBOS checkpoints a step's output as JSON: the runtime records ``to_json()`` and hands the
+loop ``from_json(recorded)`` (``agent.runtime.recorded``), fresh or replayed alike; its ``v``
+must match (a shape change ships under a new application version, docs/deploys.md). The
+step log's rows (``Step.result``) are the ``Row`` types, of the same family: ``log_step``
+writes their ``to_json()``, ``agent.models.payloads.read`` reads them for replay, forks and
+the console; a row of an older ``version`` still reads (a missing key takes its default).
+``tests/integrity/test_persisted_names.py`` pins every type's fields and version.
 """
 
 from __future__ import annotations
@@ -54,10 +49,10 @@ def _fields(cls: type[Recorded], data: JSON) -> JSON:
             continue
         value, kind = data[f.name], cls.NESTED.get(f.name)
         if value is None:
-            if f.default is not dataclasses.MISSING:
-                value = f.default
-            elif f.default_factory is not dataclasses.MISSING:
+            if f.default_factory is not dataclasses.MISSING:
                 value = f.default_factory()
+            elif f.default is not dataclasses.MISSING:
+                value = f.default
         elif kind is not None:
             many = isinstance(value, list)
             value = tuple(_one(kind, v) for v in value) if many else _one(kind, value)

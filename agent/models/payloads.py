@@ -73,11 +73,9 @@ def of_kind(kind: str, payload: Row | None) -> StepPayload:
     cls = KINDS.get(kind)
     if cls is None:
         raise PayloadError(f"no payload type for step kind {kind!r}")
-    if payload is None:
-        return cls()  # type: ignore[return-value]
-    if not isinstance(payload, cls):
+    if not isinstance(payload, (cls, type(None))):
         raise PayloadError(f"a {type(payload).__name__} cannot be written as a {kind} step")
-    return payload  # type: ignore[return-value]
+    return payload or cls()  # type: ignore[return-value]
 
 
 class StepRow(Protocol):
