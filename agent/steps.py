@@ -71,8 +71,9 @@ class Recorded:
     NESTED: ClassVar[dict[str, type]] = {}
 
     def to_json(self) -> JSON:
-        out: JSON = {"v": self.VERSION}
-        return out | {f.name: _plain(getattr(self, f.name)) for f in dataclasses.fields(self)}
+        return {"v": self.VERSION} | {
+            f.name: _plain(getattr(self, f.name)) for f in dataclasses.fields(self)
+        }
 
     @classmethod
     def from_json(cls, data: JSON) -> Self:

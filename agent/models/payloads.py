@@ -1,24 +1,11 @@
-"""What each kind of step row records (``agent.steps``'s ``Row`` types), read at one boundary.
+"""Which ``agent.steps`` ``Row`` type each kind of step row records, and the one reader.
 
-Why this exists: ``Step.result`` is a JSON column, and later code decides
-things from it — replay rebuilds the conversation, a fork refuses some
-starting points, the gate asks whether an approval was already settled, the
-console and the replay command describe each step. With free JSON, a renamed
-or misspelt key fails silently (``.get`` returns ``None``). So each kind has one
-frozen, versioned type, of the same family as the step outputs the loop's
-checkpoints hold (``agent.steps``):
-
-* ``agent.record.steplog.log_step`` is the only writer: it takes the kind's payload and
-  stores its ``to_json()``; the one rewrite of a finished run's rows is
-  ``agent.privacy.redaction`` (erasure, retention), which stores the same types with their
-  words removed;
-* ``read(step)`` (also ``Step.payload``) is the only reader. Rows written before
-  payloads were versioned have no ``version`` key: they are version 1
-  (``LEGACY``), carry the same keys, and parse the same way — a missing key
-  takes the field's default.
-
-Database queries that look inside the column use the ``Q`` helpers below, so
-the JSON paths are spelled in this file only.
+``Step.result`` is a JSON column that replay, forks, the gate and the console decide from;
+with free JSON a misspelt key fails silently. So ``agent.record.steplog.log_step`` writes
+only the kind's ``Row`` (``of_kind``), ``agent.privacy.redaction`` rewrites the same types
+without their words, and ``read(step)`` (also ``Step.payload``) is the only reader: a row
+from before rows were versioned (no ``version`` key: ``LEGACY``) reads the same way. Queries
+that look inside the column use the ``Q`` helpers below, so its JSON paths are spelled here.
 """
 
 from __future__ import annotations
