@@ -24,7 +24,7 @@ from agent.models import Run, RunStatus, Step, payloads
 from agent.models.payloads import StepKind
 from agent.record.steplog import log_step
 from agent.run.bounds import refund_precheck
-from agent.steps import Opened, Verdict
+from agent.steps import ApprovalPayload, Opened, ToolPayload, Verdict
 from agent.tools import args_hash, get_tool
 from agent.tools.narrowing import changes_text
 from approvals.models import Approval, ApprovalStatus
@@ -81,7 +81,7 @@ def gate_request(run_id: str, seq: int, call: dict[str, Any]) -> Opened:
                     tool=name,
                     call_id=call_id,
                     arguments=args,
-                    result={"text": why},
+                    result=ToolPayload(text=why),
                     ok=False,
                 )
                 return Opened(refused=why)
@@ -127,18 +127,18 @@ def gate_request(run_id: str, seq: int, call: dict[str, Any]) -> Opened:
             tool_call_id=call_id,
             risk=tool.risk.value,
             arguments=args,
-            result={
-                "event": "requested",
-                "approval_id": str(approval.id),
-                "status": approval.status,
-                "preview": approval.preview,
-                "args_hash": approval.args_hash,
-                "expires_at": approval.expires_at.isoformat(),
-                "reused": not created,
-                "prior_effects": [p["what"] for p in approval.prior_effects],
-                **({"policy": approval.decided_by_label} if approval.policy_id else {}),
-                **({"mismatch": "; ".join(differences)} if differences else {}),
-            },
+            result=ApprovalPayload(
+                event="requested",
+                approval_id=str(approval.id),
+                status=approval.status,
+                preview=approval.preview,
+                args_hash=approval.args_hash,
+                expires_at=approval.expires_at.isoformat(),
+                reused=not created,
+                prior_effects=tuple(p["what"] for p in approval.prior_effects),
+                policy=approval.decided_by_label if approval.policy_id else "",
+                mismatch="; ".join(differences),
+            ),
             locked_status=run.status,  # locked above
         )
         if created:
@@ -243,6 +243,7 @@ def gate_resume(
             verdict = Verdict("denied", reason=approval.reason)
         else:
             verdict = Verdict("expired")
+        amended = approval.changed and verdict.verdict == "approved"
         log_step(
             run_id=run_id,
             seq=seq,
@@ -250,27 +251,22 @@ def gate_resume(
             tool=name,
             tool_call_id=call_id,
             arguments=args,
-            result={
-                "event": verdict.verdict,
-                "approval_id": approval_id,
-                "waited_seconds": round(waited, 3),
-                "decided_by": approval.decided_by.email if approval.decided_by else None,
-                **({"policy": approval.decided_by_label} if approval.policy_id else {}),
-                "decided_at": approval.decided_at.isoformat() if approval.decided_at else None,
-                "channel": approval.channel,
-                "reason": approval.reason,
-                "approved_hash": approval.args_hash,
-                "call_hash": digest,
-                "escalated_at": approval.escalated_at.isoformat()
-                if approval.escalated_at
-                else None,
-                **({"detail": verdict.detail} if verdict.verdict == "mismatch" else {}),
-                **(
-                    {"changed": verdict.changed, "executes_hash": approval.approved_hash}
-                    if approval.changed and verdict.verdict == "approved"
-                    else {}
-                ),
-            },
+            result=ApprovalPayload(
+                event=verdict.verdict,
+                approval_id=approval_id,
+                waited_seconds=round(waited, 3),
+                decided_by=approval.decided_by.email if approval.decided_by else None,
+                policy=approval.decided_by_label if approval.policy_id else "",
+                decided_at=approval.decided_at.isoformat() if approval.decided_at else None,
+                channel=approval.channel,
+                reason=approval.reason or "",
+                approved_hash=approval.args_hash,
+                call_hash=digest,
+                escalated_at=approval.escalated_at.isoformat() if approval.escalated_at else None,
+                detail=verdict.detail if verdict.verdict == "mismatch" else "",
+                changed=verdict.changed if amended else "",
+                executes_hash=approval.approved_hash if amended else "",
+            ),
             ok=verdict.verdict in ("approved", "denied"),
             locked_status=run.status,  # locked above
         )

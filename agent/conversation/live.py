@@ -46,7 +46,7 @@ from typing import Any
 from agent.conversation import fence
 from agent.conversation.prompts import fence_notice
 from agent.conversation.untrusted import REPLACED_ID_PREFIX
-from agent.models import payloads
+from agent.steps import Note
 from agent.tools.registry import canonical_json
 
 DENIAL_TEXT = (
@@ -132,9 +132,7 @@ def unrunnable(call: Mapping[str, Any], content: list[dict[str, Any]], stop_reas
     return ""
 
 
-def with_guidance(
-    messages: list[Message], notes: Iterable[Mapping[str, Any] | payloads.Note], token: str
-) -> list[Message]:
+def with_guidance(messages: list[Message], notes: Iterable[Note], token: str) -> list[Message]:
     """``messages`` with staff notes joined to the last user turn (or a new user turn after
     an assistant turn), each fenced apart from anything a customer wrote.
 
@@ -143,14 +141,8 @@ def with_guidance(
     both must come to the same messages.
     """
     blocks = [
-        {
-            "type": "text",
-            "text": GUIDANCE.format(author=author) + fence.wrap(body, token),
-        }
-        for author, body in (
-            (n.author, n.body) if isinstance(n, payloads.Note) else (n["author"], n["body"])
-            for n in notes
-        )
+        {"type": "text", "text": GUIDANCE.format(author=n.author) + fence.wrap(n.body, token)}
+        for n in notes
     ]
     if not blocks:
         return messages
@@ -184,7 +176,7 @@ class Conversation:
     def denial(self, call: Mapping[str, Any], reason: str | None) -> dict[str, Any]:
         return self.result(call, DENIAL_TEXT.format(reason=reason or "(no reason given)"), False)
 
-    def guidance(self, notes: Iterable[Mapping[str, Any] | payloads.Note]) -> None:
+    def guidance(self, notes: Iterable[Note]) -> None:
         """Staff notes join the last user turn (or open one after an assistant turn)."""
         self.messages[:] = with_guidance(self.messages, notes, self.token)
 

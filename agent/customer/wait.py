@@ -27,7 +27,7 @@ from django.utils import timezone
 from agent.models import Run, RunStatus, Step
 from agent.models.payloads import StepKind
 from agent.record.steplog import log_step
-from agent.steps import Answered, Parked, Reparked, Seen
+from agent.steps import Answered, Parked, Reparked, Seen, ToolPayload
 from agent.tools.irreversible import REMINDER_CALL_SUFFIX
 from agent.tools.registry import Risk
 from deskhand.domain.desk.models import MessageDirection, MessageKind, TicketMessage
@@ -219,7 +219,7 @@ def customer_resume(
                     tool_call_id=call.get("id", ""),
                     risk=Risk.IRREVERSIBLE.value,
                     arguments=call.get("input") or {},
-                    result={"text": f"No answer: {detail}."},
+                    result=ToolPayload(text=f"No answer: {detail}."),
                     ok=False,
                 )
             return Answered("no_reply", detail=detail)
@@ -238,7 +238,7 @@ def customer_resume(
                 tool_call_id=call.get("id", ""),
                 risk=Risk.IRREVERSIBLE.value,
                 arguments=call.get("input") or {},
-                result={"text": text},
+                result=ToolPayload(text=text),
                 ok=True,
             )
     return Answered("answered", text=text)

@@ -12,7 +12,7 @@ from typing import Any
 
 from agent.models.payloads import StepKind
 from agent.record.steplog import log_step
-from agent.steps import Done
+from agent.steps import Done, ToolPayload
 from agent.tools import Risk
 
 
@@ -23,7 +23,7 @@ def log_effect_answer(
     tool: str,
     call_id: str,
     arguments: Any,
-    result: dict[str, Any],
+    result: ToolPayload,
     ok: bool,
     replayed: bool = False,
     latency_ms: int = 0,
@@ -45,4 +45,4 @@ def log_effect_answer(
         replayed=replayed,
         latency_ms=latency_ms,
     )
-    return Done(text=result["text"], ok=ok, replayed=replayed)
+    return Done(text=result.text, ok=ok, replayed=replayed)

@@ -26,7 +26,7 @@ from agent.models.ledger import LedgerEntry, LedgerState
 from agent.record import faults
 from agent.record.execute import not_performed, tool_context
 from agent.record.steplog import storable
-from agent.steps import Done
+from agent.steps import Done, ToolPayload
 from agent.tools import ToolError, args_hash, get_tool
 from agent.tools.narrowing import (
     NarrowingRefused,
@@ -48,6 +48,29 @@ def ledger_key(root: Run, call_id: str, digest: str) -> str:
     identity and content anywhere in the lineage, whatever the wording.
     """
     return f"{root.pk}:{call_id}:{digest[:16]}"
+
+
+def _covered(
+    run: Run, approval: Approval, call: dict[str, Any], digest: str
+) -> dict[str, Any] | Done:
+    """The call the approval on record lets this run perform (the proposal, or the narrower
+    call a person approved), or why nothing is performed: the approval does not cover this
+    exact call (on a run no longer active: ``not_performed``), or its narrowing is refused."""
+    if (
+        approval.status != ApprovalStatus.APPROVED
+        or approval.run_id != run.pk
+        or approval.tool_call_id != call["id"]
+        or approval.args_hash != digest
+    ):
+        if not run.is_active:
+            return not_performed(run.status, call["name"])
+        return Done(
+            stop="approval_mismatch", detail="the approval on record does not cover this exact call"
+        )
+    try:
+        return approved_call(approval, call)
+    except NarrowingRefused as exc:
+        return Done(stop="approval_mismatch", detail=f"the approved call is refused: {exc}")
 
 
 def execute_irreversible(run_id: str, seq: int, call: dict[str, Any], approval_id: str) -> Done:
@@ -83,22 +106,9 @@ def execute_irreversible(run_id: str, seq: int, call: dict[str, Any], approval_i
             # The lineage's lock: two runs of one lineage never decide "already made?" at once.
             list(Run.objects.select_for_update().filter(pk=root.pk).values_list("pk", flat=True))
         approval = row_by_pk(Approval, approval_id, lock=True)
-        if (
-            approval.status != ApprovalStatus.APPROVED
-            or str(approval.run_id) != run_id
-            or approval.tool_call_id != call_id
-            or approval.args_hash != digest
-        ):
-            if not run.is_active:
-                return not_performed(run.status, name)
-            return Done(
-                stop="approval_mismatch",
-                detail="the approval on record does not cover this exact call",
-            )
-        try:
-            performed = approved_call(approval, call)
-        except NarrowingRefused as exc:
-            return Done(stop="approval_mismatch", detail=f"the approved call is refused: {exc}")
+        performed = _covered(run, approval, call, digest)
+        if isinstance(performed, Done):
+            return performed
         done_args = performed["input"]
         done_digest = args_hash(name, done_args)
         changed = changes_text(name, args, done_args) if done_digest != digest else ""
@@ -126,7 +136,7 @@ def execute_irreversible(run_id: str, seq: int, call: dict[str, Any], approval_i
                 tool=name,
                 call_id=call_id,
                 arguments=done_args,
-                result={"text": text, "ledger_key": entry.key},
+                result=ToolPayload(text=text, ledger_key=entry.key),
                 ok=entry.ok,
                 replayed=True,
             )
@@ -173,7 +183,7 @@ def execute_irreversible(run_id: str, seq: int, call: dict[str, Any], approval_i
                     tool=name,
                     call_id=call_id,
                     arguments=done_args,
-                    result={"text": text, "ledger_key": key, "approval_id": approval_id},
+                    result=ToolPayload(text=text, ledger_key=key, approval_id=approval_id),
                     ok=entry.ok,
                     latency_ms=int((time.monotonic() - started) * 1000),
                 )

@@ -43,7 +43,7 @@ from agent.models import TERMINAL_STATUSES, Run
 from agent.models.ledger import LedgerEntry, LedgerState
 from agent.record import faults
 from agent.record.steplog import storable
-from agent.steps import Done
+from agent.steps import Done, ToolPayload
 from agent.tools import get_tool
 from agent.tools.masking import mask_result
 from agent.tools.registry import ToolContext, ToolDef, ToolError
@@ -165,16 +165,16 @@ def _amend_closed_run(entry: LedgerEntry, outcome: Outcome) -> None:
     run.save(update_fields=["summary", "updated_at"])
 
 
-def _payload(entry: LedgerEntry, text: str, approval_id: str) -> dict[str, Any]:
-    return {
-        "text": text,
-        "ledger_key": entry.key,
-        "approval_id": approval_id,
-        "adapter": entry.adapter,
-        "effect_state": entry.state,
-        "provider_ref": entry.provider_ref,
-        "provider_calls": entry.provider_calls,
-    }
+def _payload(entry: LedgerEntry, text: str, approval_id: str) -> ToolPayload:
+    return ToolPayload(
+        text=text,
+        ledger_key=entry.key,
+        approval_id=approval_id,
+        adapter=entry.adapter,
+        effect_state=entry.state,
+        provider_ref=entry.provider_ref,
+        provider_calls=entry.provider_calls,
+    )
 
 
 def settle(

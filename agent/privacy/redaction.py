@@ -45,6 +45,7 @@ from agent.models import Run, Step, payloads
 from agent.models.ledger import LedgerEntry
 from agent.models.privacy import Redaction, RedactionReason
 from agent.run.selectors import effects_summary
+from agent.steps import Note
 from agent.tools import REGISTRY
 from approvals.models import Approval, AuditEvent, StaffNote
 
@@ -175,9 +176,7 @@ def redacted_payload(
             prior_effects=tuple(marker for _ in p.prior_effects),
         )
     if isinstance(p, payloads.NotePayload):
-        return dataclasses.replace(
-            p, notes=tuple(payloads.Note(author=n.author, body=marker) for n in p.notes)
-        )
+        return dataclasses.replace(p, notes=tuple(Note(n.author, marker) for n in p.notes))
     if isinstance(p, payloads.EndPayload):
         return dataclasses.replace(p, summary=summary if p.summary else "")
     return dataclasses.replace(p, text=_text(p.text, marker))
@@ -196,7 +195,7 @@ def _steps(run: Run, marker: str, summary: str) -> int:
         payload = redacted_payload(
             payloads.read(step), marker=marker, tool=step.tool, arguments=args, summary=summary
         )
-        step.result = payloads.to_json(payload)
+        step.result = payload.to_json()
         step.arguments, step.inverse = args, None
         step.save(update_fields=["result", "arguments", "inverse"])
         n += 1

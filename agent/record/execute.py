@@ -17,7 +17,7 @@ from agent.models import ACTIVE_STATUSES, Run, RunStatus
 from agent.models.payloads import StepKind
 from agent.record import faults
 from agent.record.steplog import log_step
-from agent.steps import Done
+from agent.steps import Done, ToolPayload
 from agent.tools import REGISTRY, Risk, ToolError, get_tool
 from agent.tools.registry import ToolContext
 from deskhand.domain.desk.rows import row_by_pk
@@ -100,7 +100,7 @@ def execute_tool(run_id: str, seq: int, call: dict[str, Any]) -> Done:
             tool_call_id=call_id,
             risk=risk,
             arguments=args if isinstance(args, dict) else {"_raw": args},
-            result={"text": text},
+            result=ToolPayload(text=text),
             ok=ok,
             latency_ms=int((time.monotonic() - started) * 1000),
             inverse=inverse,

@@ -1,7 +1,7 @@
 """Writing the step log: the audit trail and the live feed are the same rows.
 
 ``log_step`` is the one writer, and the boundary where a step's typed payload
-(``agent.models.payloads``) becomes the row's JSON. Its rules, in order, all under a
+(``agent.steps``' ``Row`` types) becomes the row's JSON. Its rules, in order, all under a
 lock on the run's row:
 
 * **Same call, same row.** ``seq`` comes from the loop's deterministic count,
@@ -39,6 +39,7 @@ from agent.conversation.untrusted import storable
 from agent.models import ACTIVE_STATUSES, Run, Step, payloads
 from agent.models.payloads import StepKind
 from agent.runtime import current_step_id
+from agent.steps import Row
 from agent.tools.registry import args_hash
 from deskhand.infra import events
 
@@ -79,7 +80,7 @@ def log_step(
     tool_call_id: str = "",
     risk: str = "",
     arguments: dict[str, Any] | None = None,
-    result: payloads.Payload | Mapping[str, Any] | None = None,
+    result: Row | None = None,
     ok: bool = True,
     input_tokens: int = 0,
     output_tokens: int = 0,
@@ -95,7 +96,7 @@ def log_step(
 ) -> Step:
     """Record one step and fold its accounting into the run's totals, atomically.
 
-    ``result`` is the step's payload (a dict is parsed into the kind's payload type).
+    ``result`` is the step's payload (``agent.steps``: the kind's ``Row`` type).
     ``closing``: this row is the one that closes the run. Raises ``StepConflict`` when another
     call already holds ``seq``. ``prompt_version``: a model step's prompt version, recorded
     on the run in this same transaction. ``locked_status``: the caller already holds the run's
@@ -151,7 +152,7 @@ def _late(status: str, kind: str, closing: bool) -> bool:
 def _fresh(
     values: dict[str, Any],
     seq: int,
-    payload: payloads.Payload,
+    payload: Row,
     closing: bool,
     prompt_version: str,
     locked_status: str | None,
@@ -164,7 +165,7 @@ def _fresh(
         return None, status
     step = _insert_fresh(
         seq=seq,
-        result=storable(payloads.to_json(payload)),
+        result=storable(payload.to_json()),
         prompt_version=prompt_version,
         **values,
     )
@@ -176,7 +177,7 @@ def _fresh(
 def _log_again(
     values: dict[str, Any],
     seq: int,
-    payload: payloads.Payload,
+    payload: Row,
     closing: bool,
     prompt_version: str,
     status: str,
@@ -209,7 +210,7 @@ def _log_again(
         else:
             seq = step.seq
         payload = dataclasses.replace(payload, late=True)
-    stored = storable(payloads.to_json(payload))
+    stored = storable(payload.to_json())
     created = step is None
     if step is None:
         step = _insert(seq=seq, result=stored, **values)

@@ -64,6 +64,7 @@ from agent.replay.timeline import effective_steps
 from agent.run.services import RunRefused, bounds_snapshot, run_mark_failed
 from agent.run.workflow_findings import finding_record
 from agent.runtime import StepName
+from agent.steps import ApprovalPayload
 from agent.tools import Risk, risk_of
 from approvals.audit import audit_record
 from approvals.models import Channel
@@ -117,7 +118,7 @@ def fork_point(run: Run, seq: int) -> Step:
         raise RunRefused(
             f"{where} finished after the run was closed; no step of the run came after it to fork from."
         )
-    if isinstance(payload, payloads.ApprovalPayload) and payload.event != "requested":
+    if isinstance(payload, ApprovalPayload) and payload.event != "requested":
         raise RunRefused(
             f"{where} settles an approval that belongs to the original run; fork from the approval "
             "request or from the model step that made the call."

@@ -40,6 +40,7 @@ from agent.models import Step, StopReason, payloads
 from agent.models.payloads import StepKind
 from agent.replay import compat
 from agent.replay.timeline import Timeline
+from agent.steps import ApprovalPayload, EndPayload, ModelPayload, NotePayload, ToolPayload
 from agent.tools import api_schemas, args_hash
 from agent.tools.irreversible import ASKED_PREFIX, REMINDER_CALL_SUFFIX
 
@@ -81,7 +82,7 @@ def fence_in_turn(timeline: Timeline) -> bool:
     first = next((s for s in timeline.steps if s.kind == StepKind.MODEL), None)
     if first is None:
         return True
-    payload = payloads.read_as(first, payloads.ModelPayload)
+    payload = payloads.read_as(first, ModelPayload)
     version = timeline.versions.get(payload.prompt_version)
     if version is not None:
         return TOKEN_SLOT not in version.system_template
@@ -193,7 +194,7 @@ class Rebuild:
             end = payloads.read(step)
             if step.kind == StepKind.ERROR or (
                 step.kind == StepKind.BOUND
-                and isinstance(end, payloads.EndPayload)
+                and isinstance(end, EndPayload)
                 and end.status == "cancelled"
             ):
                 return  # ended from outside the loop: nothing more was settled
@@ -209,7 +210,7 @@ class Rebuild:
 
     def _apply(self, step: Step) -> None:
         p = payloads.read(step)
-        if isinstance(p, payloads.ModelPayload):
+        if isinstance(p, ModelPayload):
             self._flush()
             if p.message_count is not None and p.message_count != len(self.messages):
                 self.warnings.append(
@@ -245,7 +246,7 @@ class Rebuild:
             self.nudge = p.stop_reason == "max_tokens"
             if not self.open and p.stop_reason not in ("max_tokens", "pause_turn"):
                 self.stopped = "end_turn"
-        elif isinstance(p, payloads.ToolPayload) and step.tool_call_id:
+        elif isinstance(p, ToolPayload) and step.tool_call_id:
             if step.tool == "ask_customer" and step.ok and ASKED_PREFIX in p.text:
                 return  # the question went out; the answer's row (agent.customer) settles it
             call = self._settle_before(step.tool_call_id)
@@ -254,7 +255,7 @@ class Rebuild:
             self.open.popleft()
             block = self.conversation.result(call, p.text, step.ok)
             self._settle(Settled(call, block, "tool", step))
-        elif isinstance(p, payloads.ApprovalPayload) and step.tool_call_id:
+        elif isinstance(p, ApprovalPayload) and step.tool_call_id:
             call = self._settle_before(step.tool_call_id)
             if call is None or p.event in ("requested", "approved"):
                 return  # the tool step that follows an approval carries the result
@@ -265,10 +266,10 @@ class Rebuild:
             else:
                 self._settle(Settled(call, None, f"approval_{p.event}", step))
                 self.stopped = f"approval_{p.event}"
-        elif isinstance(p, payloads.NotePayload):
+        elif isinstance(p, NotePayload):
             self._flush()
             self.conversation.guidance(p.notes)
-        elif isinstance(p, payloads.EndPayload):
+        elif isinstance(p, EndPayload):
             self._flush()
             self.stopped = p.stop_reason or p.status or step.kind
 
@@ -333,11 +334,11 @@ class View:
         }
 
 
-def _model_step_for(steps: list[Step], n: int) -> payloads.ModelPayload | None:
+def _model_step_for(steps: list[Step], n: int) -> ModelPayload | None:
     """The payload of the model step step ``n``'s messages go to (see ``View``)."""
     models = [s for s in steps if s.kind == StepKind.MODEL]
     chosen = next((s for s in models if s.seq >= n), models[-1] if models else None)
-    return None if chosen is None else payloads.read_as(chosen, payloads.ModelPayload)
+    return None if chosen is None else payloads.read_as(chosen, ModelPayload)
 
 
 def _prompt_for(timeline: Timeline, n: int, warnings: list[str]) -> dict[str, Any]:
@@ -390,7 +391,7 @@ def at(timeline: Timeline, n: int) -> View:
     exact = target is not None and target.kind == StepKind.MODEL
     warnings = list(r.warnings)
     if exact and target is not None:
-        sent = payloads.read_as(target, payloads.ModelPayload).message_count
+        sent = payloads.read_as(target, ModelPayload).message_count
         if sent is not None and sent != len(messages):
             warnings.append(
                 f"step {n}: the model was sent {sent} messages; the rebuild has {len(messages)}"

@@ -17,6 +17,7 @@ from agent.models import PromptVersion, Run, Step, payloads
 from agent.models.ledger import LedgerEntry
 from agent.models.payloads import StepKind
 from agent.replay import compat
+from agent.steps import ModelPayload
 
 
 @dataclasses.dataclass(frozen=True)
@@ -76,9 +77,7 @@ def load(run: Run) -> Timeline:
     entries = LedgerEntry.objects.filter(root_run=root).order_by("pk")
     steps = effective_steps(run)
     named = {
-        payloads.read_as(s, payloads.ModelPayload).prompt_version
-        for s in steps
-        if s.kind == StepKind.MODEL
+        payloads.read_as(s, ModelPayload).prompt_version for s in steps if s.kind == StepKind.MODEL
     } - {""}
     return Timeline(
         run=run,

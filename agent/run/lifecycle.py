@@ -15,7 +15,7 @@ from agent.models import TERMINAL_STATUSES, Run, RunStatus, StopReason
 from agent.models.payloads import StepKind
 from agent.run.selectors import effects_summary
 from agent.run.services import next_seq, run_close, run_close_pending_approvals, run_mark_failed
-from agent.steps import Begun, Finished
+from agent.steps import Begun, EndPayload, Finished
 from approvals.audit import audit_record
 from approvals.models import Channel
 from deskhand.domain.desk.models import Priority, TicketStatus
@@ -79,7 +79,7 @@ def run_finish(
             summary=summary,
             seq=seq,
             kind=StepKind.FINAL if status == RunStatus.SUCCEEDED else StepKind.BOUND,
-            result={"status": status, "stop_reason": reason, "detail": detail, "summary": summary},
+            result=EndPayload(status=status, stop_reason=reason, detail=detail, summary=summary),
         )
     return Finished(status, reason)
 

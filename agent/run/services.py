@@ -38,7 +38,7 @@ from agent.models.payloads import StepKind
 from agent.providers import default_provider, pricing
 from agent.record.steplog import log_step
 from agent.run.selectors import effects_summary
-from agent.steps import Finished
+from agent.steps import EndPayload, Finished
 from approvals.audit import audit_record
 from approvals.models import Approval, ApprovalStatus, Channel
 from approvals.notifications import notify_run_finished
@@ -176,7 +176,7 @@ def run_close(
     summary: str,
     seq: int | None,
     kind: str,
-    result: dict[str, Any],
+    result: EndPayload,
 ) -> None:
     """Make a locked, open run terminal: status, summary, a step-log line.
 
@@ -271,7 +271,7 @@ def run_mark_failed(*, run_id: str, reason: str, detail: str) -> bool:
             summary=f"Failed: {reason} — {detail[:500]}\n\nEffects:\n{effects_summary(run_id)}",
             seq=next_seq(run_id),
             kind=StepKind.ERROR,
-            result={"stop_reason": reason, "detail": detail[:2000]},
+            result=EndPayload(stop_reason=reason, detail=detail[:2000]),
         )
     return True
 
@@ -301,7 +301,7 @@ def run_mark_cancelled(*, run_id: str, by: str) -> bool:
             summary=f"Cancelled by {by}.\n\nEffects:\n{effects_summary(run_id)}",
             seq=None if requested else next_seq(run_id),
             kind=StepKind.BOUND,
-            result={"event": "cancel", "status": "cancelled", "stop_reason": "cancelled", "by": by},
+            result=EndPayload(event="cancel", status="cancelled", stop_reason="cancelled", by=by),
         )
     return True
 
@@ -338,7 +338,7 @@ def run_take_workflow_end(*, run_id: str, output: Any) -> str | None:
             summary=f"Ended: {detail}.\n\nEffects:\n{effects_summary(run_id)}",
             seq=next_seq(run_id),
             kind=StepKind.BOUND,
-            result={"stop_reason": reason, "detail": detail, "status": status},
+            result=EndPayload(stop_reason=reason, detail=detail, status=status),
         )
     return str(status)
 
@@ -413,16 +413,16 @@ def run_cancel(*, run: Run, user: Any, channel: str = Channel.CLI) -> Run:
             run_id=str(locked.pk),
             seq=next_seq(str(locked.pk)),
             kind=StepKind.BOUND,
-            result={
-                "event": "cancel",
+            result=EndPayload(
+                event="cancel",
                 # The run ends cancelled (replay reads this: it ended from outside the loop).
-                "status": RunStatus.CANCELLED,
-                "stop_reason": "cancelled",
-                "by": by,
-                "channel": channel,
-                "was": was,
-                "withdrawn": withdrawn,
-            },
+                status=RunStatus.CANCELLED,
+                stop_reason="cancelled",
+                by=by,
+                channel=channel,
+                was=was,
+                withdrawn=tuple(withdrawn),
+            ),
             ok=False,
             # This row is the run's closing line (the run is no longer active from here on):
             # written where it says, never flagged as a step that finished late.

@@ -11,6 +11,7 @@ from django.utils import timezone
 from agent.models import ACTIVE_STATUSES, Run, Step, payloads
 from agent.models.payloads import StepKind
 from agent.record.steplog import log_step
+from agent.steps import Note, NotePayload
 from approvals.audit import audit_record
 from approvals.models import Channel, StaffNote
 from deskhand.domain.desk.permissions import require_actor
@@ -69,7 +70,7 @@ def run_steer(*, run: Run, user: Any, body: str, channel: str = Channel.CLI) -> 
     return note
 
 
-def _recorded_notes(run_id: str, seq: int, run: Run | None = None) -> list[dict[str, Any]] | None:
+def _recorded_notes(run_id: str, seq: int, run: Run | None = None) -> tuple[Note, ...] | None:
     """The notes a NOTE row at ``seq`` already handed over — this run's, or for a fork replaying
     a turn before its fork point, the parent's (``None`` when there is no such row)."""
     if run is None:
@@ -79,8 +80,7 @@ def _recorded_notes(run_id: str, seq: int, run: Run | None = None) -> list[dict[
     step = Step.objects.filter(run=run, seq=seq, kind=StepKind.NOTE).first()
     if step is None:
         return None
-    notes = payloads.read_as(step, payloads.NotePayload).notes
-    return [{"author": n.author, "body": n.body} for n in notes]
+    return payloads.read_as(step, NotePayload).notes
 
 
 NOTHING_TO_TAKE = """
@@ -113,7 +113,7 @@ def remember_nothing_to_take(run: Run, seq: int, nothing: bool) -> None:
     run.__dict__["_nothing_to_take"] = (seq, nothing)
 
 
-def notes_take(run_id: str, seq: int, run: Run | None = None) -> dict[str, Any]:
+def notes_take(run_id: str, seq: int, run: Run | None = None) -> tuple[tuple[Note, ...], int]:
     """Inside the model step: take the notes left since the last turn, recorded at ``seq``.
 
     Notes are read from the ``StaffNote`` table here, not drained as DBOS messages in the
@@ -121,24 +121,24 @@ def notes_take(run_id: str, seq: int, run: Run | None = None) -> dict[str, Any]:
     is taken once: it is stamped with the seq of the NOTE row that records it, in that row's
     transaction. A re-executed step (a retry, a recovery, a fork re-asking the model from
     this turn) finds the row at ``seq`` and hands over the same notes again, so the
-    conversation it sends is the one recorded. ``next_seq`` is where the model's row goes.
+    conversation it sends is the one recorded. Returns the notes and where the model's row goes.
     ``run``: the run as the caller just read it (not read again); with it, a turn with no
     note waiting takes no lock and writes nothing.
     """
     if run is not None and _nothing_to_take(run, seq):
-        return {"notes": [], "next_seq": seq}
+        return (), seq
     recorded = _recorded_notes(run_id, seq, run)
     if recorded is not None:
-        return {"notes": recorded, "next_seq": seq + 1}
+        return recorded, seq + 1
     waiting = StaffNote.objects.filter(run_id=run_id, taken_seq__isnull=True)
     with transaction.atomic():
         status = Run.objects.select_for_update().values_list("status", flat=True).get(pk=run_id)
         if status not in ACTIVE_STATUSES:
-            return {"notes": [], "next_seq": seq}  # nobody will read them; bounds end the run
+            return (), seq  # nobody will read them; bounds end the run
         notes = list(waiting.select_for_update().order_by("created_at", "pk"))
         if not notes:
-            return {"notes": [], "next_seq": seq}
-        out = [{"author": n.author_name, "body": n.body} for n in notes]
-        log_step(run_id=run_id, seq=seq, kind=StepKind.NOTE, result={"notes": out})
+            return (), seq
+        out = tuple(Note(n.author_name, n.body) for n in notes)
+        log_step(run_id=run_id, seq=seq, kind=StepKind.NOTE, result=NotePayload(notes=out))
         StaffNote.objects.filter(pk__in=[n.pk for n in notes]).update(taken_seq=seq)
-    return {"notes": out, "next_seq": seq + 1}
+    return out, seq + 1

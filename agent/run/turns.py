@@ -39,7 +39,7 @@ from agent.conversation.live import messages_sha256, prompt_sha256, with_guidanc
 from agent.conversation.prompts import system_prompt
 from agent.conversation.untrusted import ids_used, reply_content, storable
 from agent.models import Run
-from agent.models.payloads import ModelPayload, StepKind
+from agent.models.payloads import StepKind
 from agent.providers import provider_for_run
 from agent.providers.base import ProviderError, return_waits
 from agent.record import faults
@@ -47,7 +47,7 @@ from agent.record.steplog import log_step
 from agent.run import bounds, steering
 from agent.run.bounds import bounds_step
 from agent.run.steering import notes_take
-from agent.steps import Reply, Turn, Wait
+from agent.steps import ModelPayload, Reply, Turn, Wait
 from agent.tools import api_schemas
 from deskhand.domain.desk.rows import row_by_pk
 
@@ -175,10 +175,10 @@ def turn(
         run = row_by_pk(Run, run_id, related=("merchant",))
         now = timezone.now()
         _read_ahead(run, seq, now)
-        taken = notes_take(run_id, seq, run=run)
-        if taken["next_seq"] != seq:  # a NOTE row: the run's totals moved
+        notes, next_seq = notes_take(run_id, seq, run=run)
+        if next_seq != seq:  # a NOTE row: the run's totals moved
             run = row_by_pk(Run, run_id, related=("merchant",))  # and nothing read ahead
-        notes, seq = taken["notes"], taken["next_seq"]
+        seq = next_seq
         hit = bounds_step(run_id, run=run, now=now)
     if hit.reason:
         return Turn(notes, seq, hit)

@@ -16,6 +16,7 @@ from agent.models.payloads import StepKind
 from agent.record.steplog import log_step
 from agent.run.bounds import CHECKS, bounds_check, day_start, refund_precheck
 from agent.run.services import run_create
+from agent.steps import ApprovalPayload
 from deskhand.domain.desk.models import Merchant, Order, Refund, Ticket
 
 pytestmark = pytest.mark.django_db
@@ -155,7 +156,7 @@ def test_a_declined_call_asked_three_times_is_a_loop_an_approved_one_counts_once
             kind=StepKind.APPROVAL,
             tool="issue_refund",
             arguments=args,
-            result={"event": event},
+            result=ApprovalPayload(event=event),
         )
     seq += 1
     _tool(run, seq, "issue_refund", args)
@@ -168,7 +169,7 @@ def test_a_declined_call_asked_three_times_is_a_loop_an_approved_one_counts_once
                 kind=StepKind.APPROVAL,
                 tool="issue_refund",
                 arguments=args,
-                result={"event": event},
+                result=ApprovalPayload(event=event),
             )
     assert bounds_check(str(run.pk))["reason"] == "loop_detected"  # 1 executed + 2 declined
 

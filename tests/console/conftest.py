@@ -24,6 +24,7 @@ from django.utils import timezone
 
 from agent.models import Run, Step
 from agent.record.steplog import log_step
+from agent.steps import ModelPayload, ToolPayload
 from approvals.models import Approval
 from deskhand.domain.desk.models import Ticket
 from tests.devtools import forkserver
@@ -139,7 +140,7 @@ def model_step(run: Run, seq: int, text: str = "", tool: str = "", args: Any = N
         seq=seq,
         kind="model",
         arguments={"message_count": seq},
-        result={"content": content, "stop_reason": "tool_use" if tool else "end_turn"},
+        result=ModelPayload(content=content, stop_reason="tool_use" if tool else "end_turn"),
         input_tokens=1200,
         output_tokens=150,
         cost_micros=1000,
@@ -156,7 +157,7 @@ def tool_step(run: Run, seq: int, tool: str, args: Any, text: str, **kwargs: Any
         tool_call_id=f"toolu_{seq - 1}",
         risk=kwargs.pop("risk", "read"),
         arguments=args,
-        result={"text": text},
+        result=ToolPayload(text=text),
         latency_ms=12,
         **kwargs,
     )

@@ -20,6 +20,7 @@ import pytest
 
 from agent.models import Run
 from agent.record.steplog import log_step
+from agent.steps import ApprovalPayload
 from approvals.models import Approval
 from tests.console.a11y import (
     AXE_PAGES,
@@ -244,7 +245,7 @@ def parked_run_with_a_story() -> Approval:
         kind="approval",
         tool="issue_refund",
         arguments=args,
-        result={"event": "requested", "approval_id": str(approval.pk), "status": "pending"},
+        result=ApprovalPayload(event="requested", approval_id=str(approval.pk), status="pending"),
     )
     return approval
 

@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from agent.record.steplog import log_step
+from agent.steps import ApprovalPayload
 from approvals.models import Approval
 from tests.console.a11y import assert_no_serious_violations
 from tests.console.conftest import NW_OWNER, PASSWORD, make_approval, make_run, model_step
@@ -83,7 +84,7 @@ def narrowed_run() -> Approval:
         kind="approval",
         tool="issue_refund",
         arguments=proposed,
-        result={"event": "requested", "approval_id": str(approval.pk), "status": "pending"},
+        result=ApprovalPayload(event="requested", approval_id=str(approval.pk), status="pending"),
     )
     return approval
 

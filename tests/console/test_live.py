@@ -19,6 +19,7 @@ import pytest
 
 from agent.models import Run
 from agent.record.steplog import log_step
+from agent.steps import ApprovalPayload, EndPayload, ToolPayload
 from tests.console.conftest import LU_OWNER, NW_OWNER, make_run, model_step, session_cookie
 from tests.support.waiting import PATIENCE_S
 
@@ -158,7 +159,7 @@ def test_the_stream_closes_when_the_run_is_terminal(web_server):
             run_id=str(run.pk),
             seq=2,
             kind="final",
-            result={"status": "succeeded", "summary": "all done"},
+            result=EndPayload(status="succeeded", summary="all done"),
         )
         events = [e for e in reader.until("done") if e.id or e.event != "actions" or e.data]
         kinds = [e.event for e in events]
@@ -191,7 +192,7 @@ def test_the_actions_are_resent_only_when_a_gate_opens(web_server):
             seq=3,
             kind="approval",
             tool="issue_refund",
-            result={"event": "requested"},
+            result=ApprovalPayload(event="requested"),
         )
         events = reader.until("actions")
         assert [e.event for e in events] == ["step", "run", "actions"]
@@ -209,13 +210,13 @@ def test_when_the_run_ends_its_reversible_steps_get_their_undo_button_live(web_s
         kind="tool",
         tool="set_priority",
         risk="reversible",
-        result={"text": "ok"},
+        result=ToolPayload(text="ok"),
         inverse={"op": "set_priority", "ticket_id": run.ticket_id, "priority": "normal"},
     )
     reader = SSEReader(web_server, f"/runs/{run.pk}/stream?after=1", session_cookie(NW_OWNER))
     try:
         Run.objects.filter(pk=run.pk).update(status="succeeded", stop_reason="end_turn")
-        log_step(run_id=str(run.pk), seq=2, kind="final", result={"status": "succeeded"})
+        log_step(run_id=str(run.pk), seq=2, kind="final", result=EndPayload(status="succeeded"))
         panel = next(e for e in reader.until("done") if e.event == "run")
         assert 'id="step-1" hx-swap-oob="true"' in panel.data and "Undo this" in panel.data
     finally:

@@ -422,7 +422,7 @@ class _RunBuilder:
                 _dumps(args) if args else "{}",
                 call_hash(kind, tool, args or {}),
                 # The same typed, versioned payload log_step writes.
-                _dumps(payloads.to_json(payloads.of_kind(kind, result))),
+                _dumps(payloads.KINDS[kind](**(result or {})).to_json()),
                 ok,
                 tin,
                 tout,

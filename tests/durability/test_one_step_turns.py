@@ -13,6 +13,7 @@ import pytest
 from agent.models import Run, Step
 from agent.run.services import run_create
 from agent.run.steering import notes_take
+from agent.steps import Note
 from approvals.models import StaffNote
 from deskhand.domain.desk.models import Ticket
 from deskhand.infra.dbos.client import workflow_steps
@@ -36,7 +37,7 @@ def test_a_note_is_taken_once_and_a_re_executed_turn_gets_the_same_notes_back(se
     )
 
     took = notes_take(str(run.pk), 4)
-    assert took == {"notes": [{"author": OWNER, "body": "Offer a reship."}], "next_seq": 5}
+    assert took == ((Note(OWNER, "Offer a reship."),), 5)
     later = StaffNote.objects.create(run=run, author=user(OWNER), body="No refund.", channel="web")
     # The same turn again (a retry, a recovery): the recorded notes, not the newer one.
     assert notes_take(str(run.pk), 4) == took
@@ -45,8 +46,8 @@ def test_a_note_is_taken_once_and_a_re_executed_turn_gets_the_same_notes_back(se
     later.refresh_from_db()
     assert (first.taken_seq, later.taken_seq) == (4, None)
     # The next turn takes the newer note, once.
-    assert notes_take(str(run.pk), 6)["notes"] == [{"author": OWNER, "body": "No refund."}]
-    assert notes_take(str(run.pk), 8) == {"notes": [], "next_seq": 8}
+    assert notes_take(str(run.pk), 6)[0] == (Note(OWNER, "No refund."),)
+    assert notes_take(str(run.pk), 8) == ((), 8)
     assert Step.objects.filter(run=run, kind="note").count() == 2
 
 
@@ -55,7 +56,7 @@ def test_a_run_being_cancelled_takes_no_note_and_writes_no_row(seeded):
     run = _running("NW-2")
     StaffNote.objects.create(run=run, author=user(OWNER), body="Too late.", channel="web")
     Run.objects.filter(pk=run.pk).update(status="cancelling")
-    assert notes_take(str(run.pk), 3) == {"notes": [], "next_seq": 3}
+    assert notes_take(str(run.pk), 3) == ((), 3)
     assert not Step.objects.filter(run=run).exists()
     assert StaffNote.objects.get(run=run).taken_seq is None
 

@@ -10,6 +10,7 @@ import pytest
 from agent.models import Step, payloads
 from agent.record.steplog import log_step
 from agent.run.services import run_create
+from agent.steps import LEGACY, Note, NotePayload, Row
 from deskhand.domain.desk.models import Ticket
 from tests.durability.helpers import user
 
@@ -28,7 +29,7 @@ def test_version_1_rows_of_every_kind_read_as_their_type():
     )
     assert isinstance(model, payloads.ModelPayload)
     assert (model.version, model.message_count, model.prompt_sha256, model.text) == (
-        payloads.LEGACY,
+        LEGACY,
         3,
         "abc",
         "hi",
@@ -44,7 +45,7 @@ def test_version_1_rows_of_every_kind_read_as_their_type():
         None,
     )
     note = payloads.read(_legacy("note", {"notes": [{"author": "a@x", "body": "b"}]}))
-    assert note == payloads.NotePayload(version=1, notes=(payloads.Note("a@x", "b"),))
+    assert note == NotePayload(version=1, notes=(Note("a@x", "b"),))
     cancelled = payloads.read(_legacy("bound", {"status": "cancelled", "by": "a@x"}))
     assert isinstance(cancelled, payloads.EndPayload) and cancelled.by == "a@x"
     undo = payloads.read(_legacy("undo", {"undid_seq": 2, "text": "ok"}))
@@ -67,12 +68,10 @@ def test_log_step_writes_the_current_version_and_reads_back_what_it_wrote(seeded
     run = run_create(ticket=Ticket.objects.get(reference="NW-2"), user=user("owner@northwind.test"))
     typed = payloads.ApprovalPayload(event="requested", approval_id="a1", preview="Refund")
     log_step(run_id=str(run.pk), seq=1, kind="approval", tool="issue_refund", result=typed)
-    log_step(
-        run_id=str(run.pk), seq=2, kind="note", result={"notes": [{"author": "a", "body": "b"}]}
-    )
+    log_step(run_id=str(run.pk), seq=2, kind="note", result=NotePayload(notes=(Note("a", "b"),)))
     first, second = Step.objects.filter(run=run).order_by("seq")
-    assert first.payload == typed and first.result["version"] == payloads.VERSION
-    assert second.payload == payloads.NotePayload(notes=(payloads.Note("a", "b"),))
+    assert first.payload == typed and first.result["version"] == Row.VERSION
+    assert second.payload == NotePayload(notes=(Note("a", "b"),))
     assert Step.objects.filter(payloads.approval_settled("a1")).count() == 0
     log_step(
         run_id=str(run.pk),

@@ -18,6 +18,7 @@ from agent.providers.scripted import ScriptedProvider, say
 from agent.record.steplog import StepConflict, call_hash, log_step
 from agent.run.lifecycle import run_finish
 from agent.run.services import run_cancel, run_create, run_mark_cancelled
+from agent.steps import LEGACY, ModelPayload, Row, ToolPayload, UndoPayload
 from deskhand.domain.desk.models import Ticket
 from tests.durability.helpers import assert_accounting_matches, start, user
 from tests.fixtures.dbos import wait_for_run
@@ -36,7 +37,7 @@ def _tool(run: Run, seq: int, **kw: Any) -> Step:
         "tool": "get_order",
         "tool_call_id": "toolu_1",
         "arguments": ARGS,
-        "result": {"text": "an order"},
+        "result": ToolPayload(text="an order"),
         "cost_micros": 5,
     }
     fields.update(kw)
@@ -57,7 +58,7 @@ def test_another_call_at_a_taken_seq_raises_and_leaves_the_row(seeded, other):
     run = _run()
     _tool(run, 1)
     with pytest.raises(StepConflict, match=f"run {run.pk} step 1 is already tool get_order"):
-        _tool(run, 1, result={"text": "something else"}, **other)
+        _tool(run, 1, result=ToolPayload(text="something else"), **other)
     step = Step.objects.get(run=run, seq=1)
     assert (step.tool, step.tool_call_id, step.arguments, step.payload.text) == (
         "get_order",
@@ -83,7 +84,7 @@ def test_another_kind_at_a_taken_seq_raises(seeded):
 def test_the_same_call_again_adds_its_cost_and_keeps_its_last_result(seeded):
     run = _run()
     _tool(run, 1)
-    _tool(run, 1, result={"text": "the order, again"})
+    _tool(run, 1, result=ToolPayload(text="the order, again"))
     step = Step.objects.get(run=run, seq=1)
     assert (step.attempts, step.cost_micros, step.payload.text) == (2, 10, "the order, again")
     assert_accounting_matches(run)
@@ -122,11 +123,11 @@ def test_a_row_from_before_identities_is_matched_on_kind_tool_and_call_id(seeded
     Run.objects.filter(pk=run.pk).update(steps=1, cost_micros=5)
     legacy = payloads.read(Step.objects.get(run=run, seq=1))
     assert isinstance(legacy, payloads.ToolPayload)
-    assert (legacy.version, legacy.text, legacy.ledger_key) == (payloads.LEGACY, "an order", "")
+    assert (legacy.version, legacy.text, legacy.ledger_key) == (LEGACY, "an order", "")
     _tool(run, 1)
     step = Step.objects.get(run=run, seq=1)
     assert step.attempts == 2 and step.args_hash == call_hash("tool", "get_order", ARGS)
-    assert step.result["version"] == payloads.VERSION
+    assert step.result["version"] == Row.VERSION
     with pytest.raises(StepConflict):
         _tool(run, 1, tool_call_id="toolu_9")
     assert_accounting_matches(run)
@@ -149,7 +150,7 @@ def test_a_step_finishing_after_a_cancel_is_appended_late_and_found_again(seeded
             seq=2,
             kind="model",
             arguments=sent,
-            result={"content": [say("too late")], "stop_reason": "end_turn"},
+            result=ModelPayload(content=[say("too late")], stop_reason="end_turn"),
             cost_micros=700,
             input_tokens=10,
         )
@@ -184,7 +185,7 @@ def test_an_undo_on_a_finished_run_is_not_late(seeded):
     run = _run()
     Run.objects.filter(pk=run.pk).update(status="succeeded")
     undo = log_step(
-        run_id=str(run.pk), seq=1, kind="undo", result={"undid_seq": 1, "text": "ok", "by": "x"}
+        run_id=str(run.pk), seq=1, kind="undo", result=UndoPayload(undid_seq=1, text="ok", by="x")
     )
     assert undo.seq == 1 and not undo.payload.late and undo.payload.undid_seq == 1
 

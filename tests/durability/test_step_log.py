@@ -4,6 +4,7 @@ import pytest
 
 from agent.record.steplog import log_step
 from agent.run.services import run_create
+from agent.steps import ToolPayload
 from deskhand.domain.desk.models import Ticket
 from tests.durability.helpers import user
 
@@ -17,7 +18,7 @@ def test_a_nul_byte_in_a_tool_result_is_recorded_not_fatal(seeded):
         seq=1,
         kind="tool",
         tool="get_order",
-        result={"text": "a\x00b"},
+        result=ToolPayload(text="a\x00b"),
         arguments={"k\x00": "v"},
     )
     step.refresh_from_db()

@@ -95,12 +95,79 @@ def test_the_step_outputs_are_the_pinned_types():
         steps.Answered: ["verdict", "text", "detail", "status"],
         steps.Finished: ["status", "stop_reason"],
     }
+    # What each step-log row holds (``Step.result``), at version 2 (``agent.steps.Row``).
+    row = ["version", "late"]
+    rows = {
+        steps.ModelPayload: [
+            *row,
+            "content",
+            "stop_reason",
+            "provider",
+            "model",
+            "message_count",
+            "prompt_sha256",
+            "prompt_version",
+            "replaced_ids",
+        ],
+        steps.ToolPayload: [
+            *row,
+            "text",
+            "ledger_key",
+            "approval_id",
+            "adapter",
+            "effect_state",
+            "provider_ref",
+            "provider_calls",
+        ],
+        steps.ApprovalPayload: [
+            *row,
+            "event",
+            "approval_id",
+            "status",
+            "preview",
+            "args_hash",
+            "expires_at",
+            "reused",
+            "mismatch",
+            "prior_effects",
+            "waited_seconds",
+            "decided_by",
+            "decided_at",
+            "channel",
+            "reason",
+            "approved_hash",
+            "call_hash",
+            "escalated_at",
+            "detail",
+            "changed",
+            "executes_hash",
+            "policy",
+        ],
+        steps.NotePayload: [*row, "notes"],
+        steps.EndPayload: [
+            *row,
+            *["status", "stop_reason", "detail", "summary", "event", "by", "channel", "was"],
+            "withdrawn",
+        ],
+        steps.UndoPayload: [*row, "undid_seq", "text", "by"],
+    }
     types = {t for t in vars(steps).values() if isinstance(t, type) and t is not steps.Recorded}
-    assert {t for t in types if issubclass(t, steps.Recorded)} == set(pinned)
-    for kind, fields in pinned.items():
+    recorded = {t for t in types if issubclass(t, steps.Recorded) and t is not steps.Row}
+    assert recorded == set(pinned) | set(rows)
+    for kind, fields in [*pinned.items(), *rows.items()]:
         assert [f.name for f in dataclasses.fields(kind)] == fields, kind.__name__
-        assert kind.VERSION == 1, kind.__name__
-    turn = steps.Turn([], 3, steps.Bounds(steps_left=4), steps.Reply(wait=steps.Wait(1.5)))
+        assert (2 if kind in rows else 1) == kind.VERSION, kind.__name__
+    assert [f.name for f in dataclasses.fields(steps.Note)] == ["author", "body"]
+    note = steps.Note("a@x", "Offer a reship.")
+    notes = steps.NotePayload(notes=(note,))
+    assert notes.to_json() == {
+        "version": 2,
+        "late": False,
+        "notes": [{"author": "a@x", "body": "Offer a reship."}],
+    }
+    assert steps.NotePayload.from_json(json.loads(json.dumps(notes.to_json()))) == notes
+    turn = steps.Turn((note,), 3, steps.Bounds(steps_left=4), steps.Reply(wait=steps.Wait(1.5)))
+    assert turn.to_json()["notes"] == [{"author": "a@x", "body": "Offer a reship."}]
     assert turn.to_json()["reply"]["wait"] == {
         "v": 1,
         "seconds": 1.5,

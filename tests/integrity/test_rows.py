@@ -156,3 +156,80 @@ def test_only_the_models_own_foreign_keys_are_read_beside_it(seeded):
         row_by_pk(Ticket, ticket.pk, related=("customer__merchant",))
     with pytest.raises(TypeError):
         row_by_pk(Ticket, ticket.pk, related=("messages",))  # a reverse relation
+
+
+def test_a_runs_ledger_entries_and_unperformed_approvals_read_as_the_orm_reads_them(seeded):
+    """``effects_summary``'s two reads: an entry under a person's approval (cached on it), one
+    with no approval (cached as None), and of three approvals only the one approved and
+    performed is left out."""
+    import datetime as dt
+
+    from django.db.models import Exists, OuterRef, Q
+    from django.utils import timezone
+
+    from agent.models.ledger import LedgerEntry, LedgerState
+    from agent.run.selectors import run_approvals_not_performed, run_ledger_entries
+    from approvals.models import Approval, ApprovalStatus
+
+    owner = get_user_model().objects.get(email="owner@northwind.test")
+    run = run_create(ticket=Ticket.objects.get(reference="NW-1"), user=owner)
+    now = timezone.now()
+
+    def approval(call: str, status: str, minutes: int) -> Approval:
+        return Approval.objects.create(
+            merchant_id=run.merchant_id,
+            run=run,
+            tool_call_id=call,
+            tool="issue_refund",
+            arguments={"order_reference": "NW-1042", "amount_cents": 100},
+            args_hash=call * 8,
+            preview=f"Refund 1.00 USD ({call})",
+            status=status,
+            decided_by=owner if status != ApprovalStatus.PENDING else None,
+            requested_at=now - dt.timedelta(minutes=minutes),
+            expires_at=now + dt.timedelta(hours=1),
+        )
+
+    performed = approval("toolu_a", ApprovalStatus.APPROVED, 3)
+    approval("toolu_b", ApprovalStatus.APPROVED, 2)  # approved, never performed
+    approval("toolu_c", ApprovalStatus.DENIED, 1)
+    for call, by in (("toolu_a", performed), ("toolu_d", None)):
+        LedgerEntry.objects.create(
+            key=f"{run.pk}:{call}",
+            merchant_id=run.merchant_id,
+            root_run=run,
+            run=run,
+            tool="issue_refund",
+            tool_call_id=call,
+            args_hash="x",
+            identity="i",
+            arguments={},
+            approval=by,
+            ok=True,
+            result="done",
+            state=LedgerState.DONE,
+            adapter="database",
+        )
+    orm_entries = list(
+        LedgerEntry.objects.filter(run_id=run.pk)
+        .select_related("approval")
+        .order_by("created_at", "id")
+    )
+    fast_entries = run_ledger_entries(run.pk)
+    assert len(fast_entries) == len(orm_entries) == 2
+    for fast, orm in zip(fast_entries, orm_entries, strict=True):
+        _same(fast, orm)
+        assert LedgerEntry.approval.is_cached(fast)
+    with_approval, without = fast_entries
+    _same(with_approval.approval, performed)
+    assert with_approval.approval.decider == owner.email and without.approval is None
+    used = Exists(LedgerEntry.objects.filter(approval_id=OuterRef("id")))
+    orm_left = list(
+        Approval.objects.filter(run_id=run.pk)
+        .exclude(Q(status=ApprovalStatus.APPROVED) & Q(used))
+        .order_by("requested_at", "id")
+    )
+    fast_left = run_approvals_not_performed(run.pk)
+    assert [a.tool_call_id for a in fast_left] == ["toolu_b", "toolu_c"]
+    for fast, orm in zip(fast_left, orm_left, strict=True):
+        _same(fast, orm)

@@ -18,10 +18,12 @@ the ORM form; docs/benchmarks.md, "What the workarounds buy"):
   WHERE lives, each pinned against its ORM form in ``tests/integrity/test_rows.py``.
   Through the ORM, with ``kb_search``: +0 % to +39 %, median +31 % (5 pairs).
 
+* ``rows_where`` — the run's summary (``agent.run.selectors.run_ledger_entries`` and
+  ``run_approvals_not_performed``), its figure in their docstrings.
+
 Back to the ORM, each under 10 %: ``kb_search`` alone +8 % to +53 %, median +9 % (3 pairs;
 ``bench --loop --sites``: 0.9 ms of SQL CPU a 15-step run), and the reads asked once a run
-(the summary, the lineage, the policy, the webhook, a closing run's approvals, the
-own-claim lock) together -7 % to +20 %, median +5 % (4 pairs).
+(the lineage, the policy, the webhook, a closing run's approvals, the own-claim lock).
 """
 
 from __future__ import annotations

@@ -20,6 +20,7 @@ from django.db.models import Max
 from agent.models import Run, Step
 from agent.models.payloads import StepKind
 from agent.record.steplog import log_step
+from agent.steps import UndoPayload
 from approvals.audit import audit_record
 from approvals.models import Channel
 from deskhand.domain.desk.permissions import require_actor
@@ -59,7 +60,7 @@ def step_undo(*, run: Run, seq: int, user: Any, channel: str = Channel.WEB) -> S
             kind=StepKind.UNDO,
             tool=step.tool,
             arguments={"undid_seq": seq, "inverse": step.inverse},
-            result={"undid_seq": seq, "text": text, "by": user.email or str(user)},
+            result=UndoPayload(undid_seq=seq, text=text, by=user.email or str(user)),
         )
         step.undone_by = undo
         step.save(update_fields=["undone_by"])

@@ -28,6 +28,7 @@ from agent.providers.base import ModelReply, Provider
 from agent.providers.policy import PolicyProvider
 from agent.record.steplog import log_step
 from agent.run.services import run_create, run_enqueue
+from agent.steps import EndPayload, ModelPayload
 from agent.tools.narrowing import approval_approve_with_changes
 from approvals.models import Approval, ApprovalStatus
 from approvals.services import approval_decide
@@ -161,10 +162,12 @@ class Harness:
             run_id=str(run.pk),
             seq=1,
             kind=StepKind.MODEL,
-            result={"content": []},
+            result=ModelPayload(content=[]),
             cost_micros=micros,
         )
-        log_step(run_id=str(run.pk), seq=2, kind=StepKind.FINAL, result={"status": "succeeded"})
+        log_step(
+            run_id=str(run.pk), seq=2, kind=StepKind.FINAL, result=EndPayload(status="succeeded")
+        )
         Run.objects.filter(pk=run.pk).update(
             status=RunStatus.SUCCEEDED, stop_reason="end_turn", finished_at=timezone.now()
         )
