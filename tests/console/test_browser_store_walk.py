@@ -20,11 +20,13 @@ from __future__ import annotations
 
 import asyncio
 import email
+import email.message
 import email.policy
 import io
 import json
 import os
 import re
+import shlex
 import smtplib
 import subprocess
 import sys
@@ -57,6 +59,7 @@ from tests.console.test_browser import browser, without_env  # noqa: F401  (the 
 from tests.console.test_browser_screens import RECORD
 from tests.fixtures.dbos import test_database_url
 from tests.mail.conftest import free_port, receiver  # noqa: F401  (the fixture)
+from tests.mail.test_readme_mail import readme_command
 from tests.support.waiting import PATIENCE_MS, until
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow, pytest.mark.timeout(300)]
@@ -195,6 +198,13 @@ class Walker:
         self.csp += [f"{where}: {v}" for v in self.page.evaluate("window.__csp || []")]
         self.visited.append(where)
 
+    def section(self, link: str) -> None:
+        """A part of the merchant's set-up, reached as a person does: Merchant, then its link."""
+        self.goto("/merchant/")
+        with self.page.expect_navigation():
+            self.page.click(f"main a:text-is('{link}')")
+        self.check(link)
+
     def submit(self, button: str, where: str) -> None:
         """Click a form's button and check the page it answers with."""
         with self.page.expect_navigation():
@@ -235,15 +245,21 @@ def _merchant_create(server_url: str) -> str:
 
 
 def _customer_writes(receiver_port: int) -> None:
-    """The README's one-liner, to the new store's address."""
-    m = email.message.EmailMessage()
-    m["From"] = "Sam Rivera <sam@example.org>"
-    m["To"] = SUPPORT
-    m["Subject"] = "White crust inside my kettle"
-    m["Message-ID"] = "<harbor-1@example.org>"
-    m.set_content(QUESTION)
-    with smtplib.SMTP("127.0.0.1", receiver_port, timeout=30) as smtp:
-        smtp.send_message(m)
+    """The README's one-liner as a new user edits it: to the new address, with their question."""
+    line = readme_command("first").replace("2525", str(receiver_port))
+    for header, value in (
+        ("m['To']", SUPPORT),
+        ("m['Subject']", "White crust inside my kettle"),
+        ("m['Message-ID']", "<harbor-1@example.org>"),
+    ):
+        line, n = re.subn(rf"{re.escape(header)} = '[^']*'", f"{header} = '{value}'", line)
+        assert n == 1, f"the README's one-liner sets no {header}: {line}"
+    line, n = re.subn(r"m\.set_content\('[^']*'\)", f"m.set_content('{QUESTION}')", line)
+    assert n == 1, f"the README's one-liner sets no text: {line}"
+    argv = shlex.split(line)
+    assert argv[:2] == ["python3", "-c"] and len(argv) == 3, argv
+    done = subprocess.run([sys.executable, *argv[1:]], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
 
 
 @pytest.mark.parametrize("width", [1280, 390], ids=["desktop", "phone"])
@@ -283,13 +299,13 @@ def test_a_new_store_goes_from_nothing_to_an_answer_from_its_own_knowledge(
     assert urlsplit(owner.page.url).path == "/"
 
     # Automatic runs: a customer's new ticket starts one without a person.
-    owner.goto("/merchant/settings/")
+    owner.section("Settings")
     owner.page.select_option("select[name=auto_runs]", "new_tickets")
     owner.submit("form.settings button[type=submit]", "settings, saved")
     assert Merchant.objects.get(slug=SLUG).auto_runs == "new_tickets"
 
     # An agent, invited by email; they accept from their own mail, in their own browser.
-    owner.goto("/merchant/team/")
+    owner.section("Team")
     owner.page.fill("form.invite input[name=email]", AGENT)
     owner.page.select_option("form.invite select[name=role]", "agent")
     owner.submit("form.invite button[type=submit]", "team, agent invited")
@@ -306,7 +322,7 @@ def test_a_new_store_goes_from_nothing_to_an_answer_from_its_own_knowledge(
 
     # The support address: held until its routing check comes back through intake.
     mail_server.routed.add(SUPPORT)
-    owner.goto("/merchant/addresses/")
+    owner.section("Support addresses")
     owner.page.fill("form.add-address input[name=address]", SUPPORT)
     owner.submit("form.add-address button[type=submit]", "addresses, one added")
     assert "not verified" in owner.page.inner_text("table.addresses")
@@ -320,7 +336,7 @@ def test_a_new_store_goes_from_nothing_to_an_answer_from_its_own_knowledge(
     assert "reaches Deskhand" in row and "came back" in row, row
 
     # Twenty articles, imported from a zip.
-    owner.goto("/knowledge/")
+    owner.section("Knowledge")
     owner.page.set_input_files("#kb-file", str(_zip(tmp_path)))
     owner.submit("form.kb-import button[type=submit]", "knowledge, imported")
     assert "Imported: 20 new" in owner.page.inner_text("main")
