@@ -13,7 +13,8 @@ All of it over real processes: the web server, a worker, the SMTP receiver, and 
 own mail server — an SMTP server in this test that keeps the staff's mail in mailboxes and,
 as the store's transport rule would, routes mail for the support address to Deskhand's
 receiver (that is how the routing check comes back). At 1280 px and at 390 px: axe-core on
-every page visited, no Content-Security-Policy violation and no console error.
+every page visited, none scrolls sideways, no Content-Security-Policy violation and no
+console error.
 """
 
 from __future__ import annotations
@@ -192,9 +193,11 @@ class Walker:
         self.check(path)
 
     def check(self, where: str) -> None:
-        """axe-core on the page as it is now, and its CSP violations kept."""
+        """axe-core on the page as it is now, nothing wider than the window, CSP kept."""
         self.page.wait_for_load_state("load")
         assert_no_serious_violations(self.page, f"{where} at {self.width} px")
+        wide = self.page.evaluate("() => document.documentElement.scrollWidth")
+        assert wide <= self.width, f"{where} scrolls sideways at {self.width} px ({wide} px)"
         self.csp += [f"{where}: {v}" for v in self.page.evaluate("window.__csp || []")]
         self.visited.append(where)
 
