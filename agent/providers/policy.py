@@ -25,16 +25,17 @@ from agent.providers.policy_reading import (
     INSTRUCTION,
     ORDER_REF,
     QUALITY,
-    QUERIES,
     TOPICS,
     History,
     Policy,
     ToolCall,
     business_days,
+    customer_query,
     first_line,
     format_money,
     instructions_in,
     mentions,
+    on_subject,
     sentences,
     when,
 )
@@ -84,9 +85,8 @@ class Case:
         self.words = " ".join(s for s in sentences(words) if not INSTRUCTION.search(s)).lower()
         self.order_references = list(dict.fromkeys(ORDER_REF.findall("\n".join(customer_words))))
         self.topic = next((t for t, p in TOPICS if re.search(p, self.words)), "unknown")
-        self.kb_query = QUERIES.get(self.topic) or first_line(
-            str(ticket.get("subject") or "help"), 80
-        )
+        # The customer's own words, not a query chosen by topic: an imported article can answer.
+        self.kb_query = customer_query(str(ticket.get("subject") or ""), customer_words)
         self.email = str((ticket.get("customer") or {}).get("email", ""))
 
     # facts
@@ -200,7 +200,7 @@ class Case:
                 "returning it is a person's call, not a refund the policy makes due."
             )
         if self.topic == "unknown":
-            return self._escalate("I could not match the request to a published policy.")
+            return self._from_article()
         order = self.order_in_play()
         if order is None:
             errors = [f"{c.args.get('reference')}: {first_line(c.text or '')}"
@@ -213,7 +213,27 @@ class Case:
         if owner and self.email and owner != self.email.lower():
             return self._escalate(f"{order['reference']} belongs to a different customer.")
         judge = {"refund": self._refund, "shipping": self._shipping, "warranty": self._warranty}
-        return judge[self.topic](order, self.policy())
+        subject = {"refund": "refund", "shipping": r"\blate\b|ship|deliver", "warranty": "warrant"}
+        return judge[self.topic](order, self.policy().about(subject[self.topic]))
+
+    def article_answer(self) -> dict[str, Any] | None:
+        """The article the search found first, when the customer's words name its subject."""
+        found = self.policy().articles[:1]
+        if found and on_subject(str(found[0].get("title", "")), self.words):
+            return found[0]
+        return None
+
+    def _from_article(self) -> Verdict:
+        """No policy decides this; an article the customer's own words found may answer it."""
+        article = self.article_answer()
+        if article is None:
+            return self._escalate("I could not match the request to a published policy.")
+        return Verdict(
+            "pending",
+            f'The customer\'s words found the article "{article.get("title")}" (version '
+            f"{article.get('version', '?')}), which is on their subject, so I answered from it; "
+            "a person follows up if the customer replies.",
+        )
 
     def _on_order(self) -> str:
         order = self.order_in_play()
@@ -360,7 +380,7 @@ class Case:
         )
 
     def _duplicate(self) -> Verdict:
-        policy = self.policy()
+        policy = self.policy().about("duplicate|same total")
         window = policy.number("duplicate|same total", r"within (\w+) (?:hour|minute)")
         if window is None:
             return self._escalate("The knowledge base gives no rule for duplicate charges.")

@@ -189,7 +189,7 @@ DECLINED_REFUND = re.compile(
     r" \(reason: ([^)]*)\)"
 )
 
-# Topic, in order of precedence, and what to search the knowledge base for.
+# Topic, in order of precedence.
 TOPICS = (
     ("duplicate", r"charged twice|double[- ]charged|duplicate|two charges|charged two times"),
     ("warranty", r"warrant|crack|broken|\bbroke\b|stopped working|defect|faulty"),
@@ -200,13 +200,10 @@ TOPICS = (
         r"where is|where it is|where's|tracking|\blate\b|turned up|arrived yet|not arrived",
     ),
 )
-QUERIES = {
-    "duplicate": "duplicate charge",
-    "warranty": "warranty",
-    "wrong_item": "refund policy",
-    "refund": "refund policy",
-    "shipping": "shipping times",
-}
+QUERY_MAX = 240  # characters of the customer's words a knowledge search is given
+_REPLY_PREFIX = re.compile(r"^\s*(?:(?:re|fwd?|aw|sv|tr)\s*:\s*)+", re.IGNORECASE)
+_REFERENCE = re.compile(r"#?\b[A-Za-z]{2,}-\d+\b")
+_BRACKETS = str.maketrans("()[]{}<>", "        ")
 QUALITY = re.compile(
     r"\b(stale|quality|flat|papery|tastes?|grinder|incorrect roast|wrong roast|damaged|rancid|"
     r"burnt|mou?ldy)\b"
@@ -215,6 +212,28 @@ QUALITY = re.compile(
 
 def sentences(text: str) -> list[str]:
     return [s.strip() for s in re.split(r"(?<=[.!?])\s+|\n+", text) if s.strip()]
+
+
+def customer_query(subject: str, texts: list[str]) -> str:
+    """What to search the knowledge base for: the customer's own words, cleaned.
+
+    The subject without its "Re:"/"Fwd:", then the customer's sentences in the order they
+    wrote them, without order or ticket references (a search for "NW-1042" finds nothing
+    worth reading) and without sentences addressed to the agent, cut at a word boundary after
+    ``QUERY_MAX`` characters: the opening of a message says what it is about. So an article a
+    merchant imported can answer a question no fixed query foresaw.
+    """
+    subject = _REPLY_PREFIX.sub("", subject).strip()
+    said = [f"{subject}." if subject and subject[-1].isalnum() else subject]
+    said += [s for t in texts for s in sentences(t)]
+    words = " ".join(
+        " ".join(_REFERENCE.sub(" ", s).translate(_BRACKETS).split())
+        for s in said
+        if not INSTRUCTION.search(s)
+    ).strip()
+    if len(words) <= QUERY_MAX:
+        return words or "help"
+    return words[:QUERY_MAX].rsplit(" ", 1)[0]
 
 
 def first_line(text: str, limit: int = 200) -> str:
@@ -262,7 +281,28 @@ class Policy:
     """The rules a handful of sentence shapes in the knowledge base state."""
 
     def __init__(self, articles: list[dict[str, Any]]) -> None:
+        self.articles = articles  # as search_kb returned them, best match first
         self.sentences = [s for a in articles for s in sentences(str(a.get("body", "")))]
+
+    def about(self, pattern: str) -> Policy:
+        """The articles that speak of ``pattern`` only: a sentence shape read from an article
+        on another subject (a gift card's "such as", a grinder's "within 14 days") is not
+        this subject's rule."""
+        return Policy(
+            [
+                a
+                for a in self.articles
+                if re.search(pattern, f"{a.get('title', '')} {a.get('body', '')}", re.I)
+            ]
+        )
+
+    def quoted_in(self, text: str) -> list[dict[str, Any]]:
+        """The articles a sentence of which ``text`` quotes: what a decision relied on."""
+        return [
+            a
+            for a in self.articles
+            if any(s in text for s in sentences(str(a.get("body", ""))) if len(s) > 20)
+        ]
 
     def sentence(self, pattern: str) -> str | None:
         return next((s for s in self.sentences if re.search(pattern, s, re.IGNORECASE)), None)
@@ -286,6 +326,22 @@ class Policy:
             for p in re.split(r",\s*(?:and |or )?|\s+and\s+|\s+or\s+", m.group(1))
             if p.strip()
         ]
+
+
+# Words of a title that say nothing about its subject.
+_TITLE_FILLER = frozenset({
+    "about", "after", "also", "and", "are", "can", "does", "for", "from", "have", "how", "into",
+    "more", "not", "our", "than", "that", "the", "their", "them", "then", "this", "what", "when",
+    "where", "which", "while", "who", "why", "will", "with", "you", "your",
+})  # fmt: skip
+
+
+def on_subject(title: str, text: str) -> bool:
+    """Whether ``text`` uses a word of ``title`` that names its subject, loosely ("descale"
+    ~ "Descaling"): the least a reply quoting the article to the customer needs."""
+    stems = {w[:5] for w in re.findall(r"[a-z]+", title.lower()) if len(w) > 3}
+    stems -= {w[:5] for w in _TITLE_FILLER}
+    return any(w[:5] in stems for w in re.findall(r"[a-z]+", text.lower()) if len(w) > 3)
 
 
 def mentions(phrase: str, text: str, *, every: bool = True) -> bool:

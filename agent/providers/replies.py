@@ -7,7 +7,9 @@ cannot work without, the order, when the ticket names none (``question_body``).
 Everything here reaches a customer, so it is built only from facts the tools returned (the
 order, the refunds made, the published policy) and the customer's own name: never from the
 reasoning written for staff, never with the provider's internal mark, and never quoting the
-customer's text back (it may hold instructions addressed to the agent). It names money as
+customer's text back (it may hold instructions addressed to the agent). A reply that rests on
+a knowledge article names it by its title, and a question no policy decides but an article
+the customer's own words found is on its subject is answered with that article's opening. It names money as
 the customer reads it (``$38.00``) and never the ticket's reference, which the customer has
 only seen in the subject's tag. The merchant's name is added as the signature where the
 reply is sent (``deskhand.domain.desk.thread.signed``).
@@ -18,6 +20,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from agent.providers.policy_reading import INSTRUCTION, sentences
 from deskhand.domain.desk.money import display_cents
 
 # ``agent.providers.policy``'s Case and Verdict; not imported, so the two modules make no circle.
@@ -25,6 +28,26 @@ Case = Any
 Verdict = Any
 
 _TIMING = re.compile(r"(\d+\s*[-\u2013]\s*\d+ business days)")
+EXCERPT_MAX = 600  # characters of an article quoted to the customer
+
+
+def _named(title: str) -> str:
+    return f"\u201c{title}\u201d"
+
+
+def _excerpt(article: dict[str, Any]) -> str:
+    """The opening of an article, whole sentences up to ``EXCERPT_MAX`` characters; its own
+    title repeated as a heading, Markdown marks and sentences addressed to an agent left out."""
+    title = str(article.get("title", "")).strip().lower()
+    kept: list[str] = []
+    for s in sentences(str(article.get("body", ""))):
+        s = s.lstrip("#>*- ").strip()
+        if not s or s.lower() == title or INSTRUCTION.search(s):
+            continue
+        if kept and len(" ".join([*kept, s])) > EXCERPT_MAX:
+            break
+        kept.append(s)
+    return " ".join(kept)[: EXCERPT_MAX + 200]
 
 
 def _first_name(case: Case) -> str:
@@ -90,6 +113,13 @@ def reply_body(case: Case, verdict: Verdict) -> str:
             "repair or a replacement rather than a refund. A colleague will be in touch with the "
             "next steps."
         )
+    elif (
+        verdict.status == "pending"
+        and case.topic == "unknown"
+        and (article := case.article_answer())
+    ):
+        parts.append(f"Our help article {_named(str(article.get('title')))} answers this:")
+        parts.append(_excerpt(article))
     elif verdict.status == "escalated":
         parts.append(
             "Thank you for your message. I have passed it to a colleague, who will look into it "
@@ -97,6 +127,14 @@ def reply_body(case: Case, verdict: Verdict) -> str:
         )
     elif not refunds:
         parts.append("Thank you for your message; we have looked into it.")
+    if verdict.status != "escalated" and case.topic != "unknown":
+        # The rule this reply rests on is the merchant's article: name it, so the customer
+        # can read it and a person can see what the answer relied on.
+        relied = case.policy().quoted_in(" ".join([verdict.why, *parts]))
+        titles = list(dict.fromkeys(_named(str(a.get("title"))) for a in relied))
+        if titles:
+            which = "article" if len(titles) == 1 else "articles"
+            parts.append(f"You can read more in our help {which} {' and '.join(titles)}.")
     parts.append("If anything is unclear, just reply to this email.")
     return "\n\n".join(parts)
 

@@ -168,3 +168,26 @@ def test_an_intercom_export_imports_its_published_and_draft_articles(seeded):
         KbArticle.objects.filter(source="intercom").values_list("external_id", "published")
     )
     assert states == {"9001": True, "9002": False}
+
+
+def test_search_finds_a_synonym_below_the_customers_own_word_and_reads_any_alphabet(seeded):
+    _import(
+        _zendesk(
+            (301, "Warranty on kettles", "<p>Kettles carry a two-year warranty.</p>"),
+            (302, "Our price guarantee", "<p>We guarantee the lowest price.</p>"),
+            (303, "Wholesale for cafés", "<p>Cafés buy beans by the sack.</p>"),
+        )
+    )
+    northwind = Merchant.objects.get(slug="northwind")
+
+    def found(query: str) -> list[str]:
+        return [a.external_id for a in kb_search(merchant_id=northwind.pk, query=query)]
+
+    # "guarantees" finds both; the article using the customer's own word comes first.
+    assert found("kettle guarantees")[:1] == ["301"]  # the title's "kettle" outweighs
+    assert found("guarantees")[:2] == ["302", "301"]
+    assert found("warranty")[:2] == ["301", "302"]
+    assert found("we are a café")[:1] == ["303"]  # not "caf"
+    # Query syntax typed by a customer is a word or nothing, never an error.
+    assert {"302", "303"} <= set(found("café' | !(guarantee:*"))
+    assert found("'|&!():*<>") == []

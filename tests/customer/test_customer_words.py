@@ -8,6 +8,7 @@ from types import SimpleNamespace
 
 import pytest
 
+from agent.providers.policy_reading import Policy
 from agent.providers.replies import question_body, reply_body
 from deskhand.domain.desk.models import OutboundEmail, TicketMessage
 from deskhand.domain.desk.money import display_cents
@@ -46,13 +47,14 @@ def _case(reference: str, name: str = "Omar Reyes") -> SimpleNamespace:
         history=SimpleNamespace(calls=[]),
         order_in_play=lambda: None,
         topic="other",
+        policy=lambda: Policy([]),
     )
 
 
 @pytest.mark.parametrize("status", ["escalated", "resolved"])
 def test_the_keyless_replies_never_name_the_tickets_reference(status):
     case = _case("NW-5")
-    written = [question_body(case), reply_body(case, SimpleNamespace(status=status))]
+    written = [question_body(case), reply_body(case, SimpleNamespace(status=status, why=""))]
     for body in written:
         assert body.startswith("Hello Omar,")
         assert not re.search(r"\bNW-5\b", body), body  # the subject's tag carries it

@@ -92,7 +92,14 @@ def test_overloaded_twice_then_a_reply_is_three_calls_paid_once(dbos_executor, a
     assert (
         run.cost_micros
         == model.cost_micros
-        == cost_micros(MODEL, model.input_tokens, model.output_tokens)
+        # Every token of the one call paid for, those written to the prompt cache included.
+        == cost_micros(
+            MODEL,
+            model.input_tokens,
+            model.output_tokens,
+            model.cache_read_tokens,
+            model.cache_write_tokens,
+        )
     )
     assert model.cost_micros > 0
     assert_accounting_matches(run)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import re
 
 import pytest
 
@@ -16,14 +17,25 @@ from tests.providers.world import TODAY, World, drive, item, reworded
 READS = ["get_ticket", "get_order", "search_kb"]
 
 
+def _searched_in_the_customers_words(t, subject: str, phrase: str) -> None:
+    """The knowledge search asked the customer's own words: the subject, then their message,
+    without order references (no fixed query chosen by topic)."""
+    query = t.args("search_kb")[0]["query"]
+    assert query.startswith(subject) and phrase in query, query
+    assert not re.search(r"[A-Z]{2}-\d{4}", query) and len(query) <= 240
+
+
 def test_nw1_refunds_the_goods_but_not_the_shipping() -> None:
     t = drive(PolicyProvider(), World(), "NW-1")
 
-    assert t.calls[:3] == [
+    assert t.calls[:2] == [
         ("get_ticket", {"reference": "NW-1"}),
         ("get_order", {"reference": "NW-1042"}),
-        ("search_kb", {"query": "refund policy"}),
     ]
+    assert t.names[2] == "search_kb"
+    _searched_in_the_customers_words(
+        t, "Beans arrived stale. ", "I'd like a refund for the coffee."
+    )
     assert t.names[3:] == ["issue_refund", "add_internal_note", "set_ticket_status"]
     refund = t.args("issue_refund")[0]
     assert (refund["order_reference"], refund["amount_cents"]) == ("NW-1042", 3800)
@@ -35,11 +47,12 @@ def test_nw1_refunds_the_goods_but_not_the_shipping() -> None:
 def test_nw2_is_not_late_yet_so_nothing_is_due() -> None:
     t = drive(PolicyProvider(), World(), "NW-2")
 
-    assert t.calls[:3] == [
+    assert t.calls[:2] == [
         ("get_ticket", {"reference": "NW-2"}),
         ("get_order", {"reference": "NW-1077"}),
-        ("search_kb", {"query": "shipping times"}),
     ]
+    assert t.names[2] == "search_kb"
+    _searched_in_the_customers_words(t, "Where is my order? ", "haven't had a tracking email")
     assert t.names[3:] == ["add_internal_note", "set_ticket_status"]
     assert t.args("set_ticket_status") == [{"reference": "NW-2", "status": "pending"}]
     assert "not considered late until 10 business days" in t.final
@@ -72,11 +85,12 @@ def test_nw4_forged_instruction_is_ignored_and_reported() -> None:
 def test_lu1_gets_the_warranty_answer_not_a_refund() -> None:
     t = drive(PolicyProvider(), World(), "LU-1")
 
-    assert t.calls[:3] == [
+    assert t.calls[:2] == [
         ("get_ticket", {"reference": "LU-1"}),
         ("get_order", {"reference": "LU-2201"}),
-        ("search_kb", {"query": "warranty"}),
     ]
+    assert t.names[2] == "search_kb"
+    _searched_in_the_customers_words(t, "Headband cracked. ", "has cracked right where it folds")
     assert t.names[3:] == ["add_internal_note", "set_ticket_status"]
     assert t.args("set_ticket_status") == [{"reference": "LU-1", "status": "pending"}]
     for text in (t.final, t.args("add_internal_note")[0]["body"]):
@@ -92,10 +106,11 @@ def test_lu2_refunds_the_later_duplicate_and_emails_the_customer() -> None:
         ("get_ticket", {"reference": "LU-2"}),
         ("get_order", {"reference": "LU-2310"}),
         ("get_order", {"reference": "LU-2311"}),
-        ("search_kb", {"query": "duplicate charge"}),
+        ("search_kb", {"query": t.args("search_kb")[0]["query"]}),
         # get_order gives only the day; the exact times come from the customer record.
         ("get_customer", {"email": "saoirse.quinn@example.com"}),
     ]
+    _searched_in_the_customers_words(t, "Charged twice. ", "charged twice for the same pair")
     assert t.names[5:] == ["issue_refund", "send_customer_email", "set_ticket_status"]
     refund = t.args("issue_refund")[0]
     assert (refund["order_reference"], refund["amount_cents"]) == ("LU-2311", 17900)

@@ -12,6 +12,7 @@ import copy
 import dataclasses
 import datetime as dt
 import json
+import re
 from typing import Any
 
 from agent.conversation.fence import wrap
@@ -295,13 +296,16 @@ class World:
         }
 
     def _search_kb(self, query: str) -> dict[str, Any]:
-        words = query.lower().split()
-        hits = [
-            {"slug": slug, "title": title, "body": body}
-            for slug, (title, body) in sorted(self.kb.items())
-            if any(w in (title + " " + body).lower() for w in words)
-        ]
-        return {"query": query, "results": hits}
+        # Ranked like the real search, crudely: the more of the query's longer words an
+        # article holds, the earlier it comes; an article holding none is not found.
+        words = {w for w in re.findall(r"[a-z0-9]+", query.lower()) if len(w) > 3}
+        scored = []
+        for slug, (title, body) in sorted(self.kb.items()):
+            text = f"{title} {body}".lower()
+            if score := sum(w in text for w in words):
+                scored.append((-score, slug, title, body))
+        hits = [{"slug": s, "version": 1, "title": t, "body": b} for _, s, t, b in sorted(scored)]
+        return {"query": query, "results": hits[:5]}
 
     def _issue_refund(self, order_reference: str, amount_cents: int, reason: str) -> dict[str, Any]:
         o = self.orders[order_reference]

@@ -54,6 +54,7 @@ def test_at_n_is_exactly_what_the_model_was_sent_with_failures_denials_and_guida
             "prompt_sha256",
             "prompt_version",
             "prompt_current",
+            "knowledge_read",
         }
         assert view["prompt_current"] is True
         assert view["messages"] == sent, f"step {step.seq}"

@@ -84,6 +84,7 @@ def test_every_step_at_json_is_what_the_provider_was_handed(recorded):
             "prompt_sha256",
             "prompt_version",
             "prompt_current",
+            "knowledge_read",
         }
         later = [i for i, m in enumerate(models) if m.seq >= n]
         k = later[0] if later else len(models) - 1

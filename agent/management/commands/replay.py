@@ -2,13 +2,15 @@
 
     replay RUN_ID                         the steps, one per line
     replay RUN_ID --at N [--json]         what the model saw before step N (no model is called):
+                                          the article versions read before it (title, version,
+                                          console link, as recorded: not as they are now), then
                                           the system prompt and tools that step was recorded
                                           with (its prompt version), and the messages — for a
                                           model step exactly what it was sent, for any other
                                           step that conversation as far as the loop had built it
                                           (agent.conversation). --json prints one object {system,
                                           tools, messages, prompt_sha256, prompt_version,
-                                          prompt_current}
+                                          prompt_current, knowledge_read}
     replay RUN_ID --diverge [--system-prompt FILE] [--provider P] [--model M]
                   [--max-spend-usd X] [--json]
                                           re-ask a provider turn by turn and compare decisions
@@ -41,6 +43,7 @@ from agent.models.payloads import StepKind
 from agent.privacy.redaction import replay_refusal
 from agent.replay import compat, rebuild, timeline
 from agent.replay.fork import fork_run
+from agent.replay.knowledge import knowledge_read
 from agent.run.services import RunRefused
 from approvals.models import Channel
 from deskhand.domain.cli import CliError, DeskhandCommand, UsageError
@@ -246,10 +249,14 @@ class Command(DeskhandCommand):
             span = f"1 to {tl.last_seq + 1}" if tl.last_seq else "1"
             raise CommandError(f"run {tl.run.id} has no step {n}; --at takes {span}.")
         view = rebuild.at(tl, n)
+        # The article versions read before step N, as the step log recorded them.
+        read = knowledge_read(tl.steps, before=n)
         if as_json:
             # Exactly one object: the system prompt and tools as sent, the messages, and whether
-            # today's prompt and tools still hash to what that model step recorded.
-            self.stdout.write(json.dumps(view.as_json(), ensure_ascii=False, sort_keys=True))
+            # today's prompt and tools still hash to what that model step recorded; and the
+            # knowledge read so far.
+            shown = {**view.as_json(), "knowledge_read": [a.as_json() for a in read]}
+            self.stdout.write(json.dumps(shown, ensure_ascii=False, sort_keys=True))
             for warning in view.warnings:  # the rebuild disagreeing with itself: stderr, not JSON
                 self.stderr.write(f"warning: {warning}")
             return
@@ -269,6 +276,9 @@ class Command(DeskhandCommand):
             )
         for warning in view.warnings:
             w(f"warning: {warning}")
+        w(f"── knowledge read before step {n} ({len(read)}) ──")
+        for a in read:
+            w(f'"{a.title}", version {a.version}, read at step {a.seq}: {a.path}')
         self._prompt(tl, view)
         for message in view.messages:
             w(f"── {message['role']} ──")

@@ -18,7 +18,8 @@ of it is stored.
 as it is, and both through nh3 with no script, no style, no image (a remote image tracks
 whoever reads the page) and links marked ``noopener``. The agent reads ``body``: plain text.
 
-**Ranking** (``kb_ranked``): BM25F over the stored full-text vector, see its docstring.
+**Ranking** (``kb_ranked``): BM25F over the stored full-text vector, a customer's words
+widened by a short list of support synonyms (``SYNONYMS``), see its docstring.
 """
 
 from __future__ import annotations
@@ -332,16 +333,81 @@ def _intercom(a: Any) -> Draft:
 # weight ratio (1.0 / 0.4) of a body word.
 BM25_K1, BM25_B, BM25_TITLE = 1.2, 0.75, 2.5
 
+# Words customers and help centres use for one thing, each group interchangeable. General
+# support vocabulary (orders, delivery, returns, payment, accounts) and British/American
+# spellings, written for any shop: not fitted to a labelled question, and most groups are
+# used by none of them. A word the customer wrote counts in full, its group's other words
+# ``SYNONYM_WEIGHT`` of that, so a synonym helps an article the customer's own words do not
+# find, and does not outrank one they do. A phrase counts word by word.
+SYNONYMS: tuple[tuple[str, ...], ...] = (
+    ("warranty", "guarantee"),
+    ("repair", "fix", "mend"),
+    ("exchange", "swap"),
+    ("gift", "present"),
+    ("declined", "rejected", "refused"),
+    ("parcel", "package", "packet", "shipment"),
+    ("postage", "shipping"),
+    ("courier", "carrier"),
+    ("next day", "tomorrow", "overnight"),
+    ("refund", "reimburse", "money back"),
+    ("broken", "faulty", "defective"),
+    ("receipt", "invoice"),
+    ("discount", "coupon", "voucher", "promo"),
+    ("unsubscribe", "opt out"),
+    ("wholesale", "bulk", "trade"),
+    ("purchase", "order"),
+    ("lost", "missing"),
+    ("late", "delayed", "overdue"),
+    ("login", "log in", "sign in"),
+    ("instalment", "installment"),
+    ("colour", "color"),
+    ("programme", "program"),
+    ("cheque", "check"),
+    ("jewellery", "jewelry"),
+)
+SYNONYM_WEIGHT = 0.5
+
+
+def _forms(word: str) -> set[str]:
+    """A word and its regular inflections ("fix": "fixes", "fixed", "fixing")."""
+    stem = word[:-1] if word.endswith("e") else word
+    return {word, word + "s", word + "es", word + "d", word + "ed", stem + "ing"}
+
+
+def _said(phrase: str, words: list[str]) -> bool:
+    parts = phrase.split()
+    last = _forms(parts[-1])
+    n = len(parts)
+    return any(
+        words[i : i + n - 1] == parts[:-1] and words[i + n - 1] in last
+        for i in range(len(words) - n + 1)
+    )
+
+
+def kb_expanded(words: list[str]) -> list[tuple[str, float]]:
+    """``words`` with weight 1, and the words of their synonyms (``SYNONYMS``) with less."""
+    weighted = dict.fromkeys(words, 1.0)
+    for group in SYNONYMS:
+        if any(_said(phrase, words) for phrase in group):
+            for phrase in group:
+                for w in phrase.split():
+                    weighted.setdefault(w, SYNONYM_WEIGHT)
+    return list(weighted.items())
+
+
 _RANKED = f"""
-WITH terms AS (
-  SELECT unnest(tsvector_to_array(to_tsvector('english', %(text)s))) AS lexeme
+WITH asked AS (
+  SELECT lexeme, max(q.w) AS w
+  FROM unnest(%(words)s::text[], %(weights)s::float[]) AS q(word, w),
+    unnest(tsvector_to_array(to_tsvector('english', q.word))) AS lexeme
+  GROUP BY lexeme
 ), docs AS (
   SELECT a.id, a.slug, a.search,
     (SELECT count(*) FROM unnest(a.search) u, unnest(u.weights) w WHERE w = 'A') AS title_len,
     (SELECT count(*) FROM unnest(a.search) u, unnest(u.weights) w WHERE w <> 'A') AS body_len
   FROM {KbArticle._meta.db_table} a
   WHERE a.merchant_id = %(merchant)s AND a.published
-    AND a.search @@ to_tsquery('english', %(any)s)
+    AND a.search @@ (SELECT string_agg(quote_literal(lexeme), ' | ') FROM asked)::tsquery
 ), stats AS (
   SELECT (SELECT count(*) FROM {KbArticle._meta.db_table}
           WHERE merchant_id = %(merchant)s AND published)::float AS n,
@@ -354,14 +420,14 @@ WITH terms AS (
     + (cardinality(u.weights) - cardinality(array_positions(u.weights, 'A')))
       / (1 - %(b)s + %(b)s * d.body_len / s.body_avg) AS tf
   FROM docs d CROSS JOIN stats s CROSS JOIN unnest(d.search) u
-  WHERE u.lexeme IN (SELECT lexeme FROM terms)
+  WHERE u.lexeme IN (SELECT lexeme FROM asked)
 ), idf AS (
   SELECT h.lexeme, ln(1 + (s.n - count(*) + 0.5) / (count(*) + 0.5)) AS idf
   FROM hits h CROSS JOIN stats s GROUP BY h.lexeme, s.n
 )
-SELECT h.id FROM hits h JOIN idf USING (lexeme)
+SELECT h.id FROM hits h JOIN idf USING (lexeme) JOIN asked USING (lexeme)
 GROUP BY h.id, h.slug
-ORDER BY sum(idf.idf * h.tf / (%(k1)s + h.tf)) DESC, h.slug
+ORDER BY sum(asked.w * idf.idf * h.tf / (%(k1)s + h.tf)) DESC, h.slug
 LIMIT %(limit)s
 """
 
@@ -378,14 +444,16 @@ def kb_ranked(*, merchant_id: int, words: list[str], limit: int) -> list[int]:
     ``BM25_TITLE`` body matches.
     Postgres's own ``ts_rank`` has neither IDF nor per-field length, and measured worse
     (``manage.py kb_quality``). Ties keep the slug order, so a search repeats itself.
-    ``words`` are letters and digits only (``kb_query_words``): the OR query is safe.
+    The OR query is built from the lexemes Postgres made of ``words``, each quoted, so no
+    character a customer typed is read as query syntax.
     """
+    weighted = kb_expanded(words)
     with connection.cursor() as cur:
         cur.execute(
             _RANKED,
             {
-                "text": " ".join(words),
-                "any": " | ".join(words),
+                "words": [w for w, _ in weighted],
+                "weights": [x for _, x in weighted],
                 "merchant": merchant_id,
                 "title": BM25_TITLE,
                 "b": BM25_B,

@@ -29,7 +29,7 @@ from deskhand.domain.desk.models import (
 from deskhand.domain.desk.rows import cache_related, rows_where
 
 KB_RESULT_LIMIT = 5
-_WORD = re.compile(r"[a-z0-9]+")
+_WORD = re.compile(r"[^\W_]+")  # letters and digits, any alphabet ("café", not "caf")
 
 
 def _normal_reference(reference: str) -> str:
@@ -179,7 +179,7 @@ def refund_totals(
 
 
 def kb_query_words(query: str) -> list[str]:
-    """The searchable words of a query: lower-case letters and digits, nothing else.
+    """The searchable words of a query: lower-case letters (of any alphabet) and digits.
 
     Keeping only these makes the tsquery below injection-proof, and OR-ing them
     means one word the articles never use ("zzzqqq", a typo) cannot sink a

@@ -14,6 +14,7 @@ from django.utils import timezone
 from agent.models import Run, Step
 from agent.privacy.redaction import replay_refusal
 from agent.replay import rebuild, timeline
+from agent.replay.knowledge import run_knowledge
 from agent.run.selectors import run_refund_figures
 from approvals.selectors import run_audit
 from deskhand.domain.desk.models import Membership
@@ -57,6 +58,8 @@ def panel_context(run: Run, membership: Membership) -> dict[str, Any]:
         ),
         "pending": present.approval_views(pending, now),
         "notes": selectors.run_notes(run_id=run.pk),
+        # The article versions its searches returned, as recorded: what it read, not what is now.
+        "knowledge_read": run_knowledge(run),
         "audit": run_audit(run_id=run.pk),
         # Money three ways (agent.run.selectors.RefundFigures): moved and confirmed, in flight
         # at a payment provider, approved and not moved.
