@@ -61,6 +61,13 @@ def test_the_run_page_and_replay_show_the_version_read_after_the_article_changed
     v1 = owner.get(v1_path)
     assert v1.status_code == 200 and "citric descaler" in v1.content.decode()
 
+    # The console's replay page, as ``--at`` prints it: after the search, and not before it.
+    after = owner.get(f"/runs/{run.id}/replay/{search.seq + 1}/").content.decode()
+    assert f"Knowledge read before step {search.seq + 1}" in after
+    assert f'href="{v1_path}">Descaling your espresso machine</a>' in after
+    before = owner.get(f"/runs/{run.id}/replay/{search.seq}/").content.decode()
+    assert "Knowledge read" not in before and "What the model" in before
+
     code, out = replay_cmd(str(run.id), "--at", str(search.seq + 1))
     assert code == 0, out
     assert f"── knowledge read before step {search.seq + 1} (1) ──" in out

@@ -24,6 +24,8 @@ from django.views.decorators.http import require_http_methods, require_safe
 from agent.models import Run
 from agent.privacy.redaction import replay_refusal
 from agent.replay.fork import fork_run, open_run_refusal
+from agent.replay.knowledge import knowledge_read
+from agent.replay.timeline import effective_steps
 from agent.run.services import RunRefused
 from approvals.models import Channel
 from deskhand.domain.desk.permissions import require_owner
@@ -74,6 +76,8 @@ def replay_at(request: ConsoleRequest, run_id: uuid.UUID, seq: int) -> HttpRespo
             "steps": steps,
             "end_seq": steps[-1].seq + 1 if steps else None,
             "fork_refusal": forks.fork_refusal(found, seq),
+            # As ``replay --at`` prints it: the versions read, as recorded, before this step.
+            "knowledge_read": knowledge_read(effective_steps(found), before=seq),
         },
     )
 
