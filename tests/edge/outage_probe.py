@@ -40,6 +40,7 @@ COMMANDS = [
     ["deactivate_user", "viewer@northwind.test"],
     ["merchant", "create", "--name", "Harbor", "--slug", "harbor", "--owner", "o@harbor.test"],
     ["merchant", "limits", "northwind", "--retention-days", "30", "--json"],
+    ["import_orders", "--merchant", "northwind", "orders.csv"],
     ["provider_check"],  # needs no database: it still ends in one sentence (no key here)
 ]
 

@@ -192,6 +192,7 @@ def assert_every_command_says_one_sentence_and_every_page_is_503(
     assert "so no run was moved." in said["move_runs"]
     assert "so the webhook was not changed." in said["webhook"]
     assert "so the account was not changed." in said["deactivate_user"]
+    assert "so no order was imported." in said["import_orders"]
 
     for page in pages:
         assert page["status"] == 503, page
