@@ -145,8 +145,12 @@ class Case:
     # judgement
 
     def verdict(self) -> Verdict:
-        judged = self._judge()
-        failed = [c for c in self.history.irreversible() if c.text is not None and c.is_error]
+        judged = self._refit(self._judge())
+        failed = [
+            c
+            for c in self.history.irreversible()
+            if c.text is not None and c.is_error and not c.facts_changed
+        ]
         if failed and all(c.declined for c in failed) and judged.if_declined != "escalated":
             return Verdict(judged.if_declined, judged.why + " A person declined it.")
         if failed:
@@ -166,6 +170,27 @@ class Case:
                     why += " A person should decide what is due now."
                 return Verdict(judged.if_declined, why, judged.acts[:i])
         return judged
+
+    def _refit(self, judged: Verdict) -> Verdict:
+        """A refund not paid because the order's refunded total moved under its approval is
+        proposed again — at most what the refusal said is left — so a person decides it with
+        the new total beside it; with nothing left, a person decides what is due."""
+        acts: list[Step] = []
+        for name, args in judged.acts:
+            last = self.history.last(name, order_reference=args.get("order_reference"))
+            moved = last.facts_changed if last is not None and name == "issue_refund" else None
+            if moved is None:
+                acts.append((name, args))
+                continue
+            left = int(moved.get("refundable_remaining_cents", 0))
+            if left <= 0:
+                ref = args.get("order_reference")
+                return self._escalate(
+                    f"{judged.why} The order's refunded total changed before the refund was "
+                    f"paid, and nothing is left to refund on {ref}."
+                )
+            acts.append((name, {**args, "amount_cents": min(int(args["amount_cents"]), left)}))
+        return dataclasses.replace(judged, acts=tuple(acts))
 
     def declined_earlier(self, name: str, args: dict[str, Any]) -> str | None:
         """The sentence an earlier run's note gave for declining this same call, if one did.

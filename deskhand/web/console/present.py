@@ -24,6 +24,7 @@ from agent.models.payloads import StepKind
 from agent.models.privacy import Redaction, RedactionReason
 from agent.providers.scripted import MARK
 from agent.tools import REGISTRY
+from agent.tools.order_facts import RefundFacts
 from approvals.models import Approval
 from deskhand.domain.desk.models import Order
 from deskhand.domain.desk.money import SYMBOLS, display_cents
@@ -490,6 +491,26 @@ class ApprovalView:
             else None
         )
         return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+    @property
+    def facts(self) -> RefundFacts | None:
+        """The order's money as this request showed it (what an approval holds for)."""
+        return RefundFacts.from_json(self.approval.facts)
+
+    @property
+    def facts_moved(self) -> str:
+        """How the order's refunded total moved since this was asked ("" if it did not): an
+        approval now pays nothing and the run asks again."""
+        seen = self.facts
+        if seen is None or self.order is None:
+            return ""
+        now = self.order.refunded_cents + self.order.in_flight_cents
+        if now == seen.refunded_cents:
+            return ""
+        return (
+            f"{cents(now, seen.currency)} refunded now: approving pays nothing, and the agent "
+            "asks again with the new total"
+        )
 
     @property
     def exceeds_remaining(self) -> bool:
