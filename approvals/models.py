@@ -144,6 +144,13 @@ class Approval(models.Model):
         return dict(approved if isinstance(approved, dict) else self.arguments or {})
 
     @property
+    def currency(self) -> str:
+        """The currency of the order the call moves money on, as the facts recorded it (an
+        approval that recorded none is in the default, USD)."""
+        facts = self.facts if isinstance(self.facts, dict) else {}
+        return str(facts.get("currency") or "USD")
+
+    @property
     def changed(self) -> bool:
         """A person approved something narrower than the proposal."""
         return bool(self.approved_hash) and self.approved_hash != self.args_hash

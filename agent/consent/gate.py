@@ -87,6 +87,7 @@ def gate_request(run_id: str, seq: int, call: dict[str, Any]) -> Opened:
                 )
                 return Opened(refused=why)
         now = timezone.now()
+        facts = _facts(run, tool, args)
         approval, created = Approval.objects.get_or_create(
             run=run,
             tool_call_id=call_id,
@@ -95,11 +96,13 @@ def gate_request(run_id: str, seq: int, call: dict[str, Any]) -> Opened:
                 "tool": name,
                 "arguments": args,
                 "args_hash": digest,
-                "preview": tool.preview(args) if tool.preview else name,
+                "preview": tool.preview(args, facts.get("currency", "USD"))
+                if tool.preview
+                else name,
                 # What was already done to this order or customer, frozen at request time.
                 "prior_effects": lineage.prior_effects(run, name, args),
                 # The order's money as the person is shown it: the effect reads it again.
-                "facts": _facts(run, tool, args),
+                "facts": facts,
                 "requested_at": now,
                 "expires_at": now + dt.timedelta(seconds=run.merchant.approval_ttl_seconds),
             },
@@ -250,7 +253,11 @@ def gate_resume(
         if approval.status == ApprovalStatus.APPROVED and differences:
             verdict = Verdict("mismatch", detail="; ".join(differences))
         elif approval.status == ApprovalStatus.APPROVED:
-            changed = changes_text(name, args, approval.executes) if approval.changed else ""
+            changed = (
+                changes_text(name, args, approval.executes, approval.currency)
+                if approval.changed
+                else ""
+            )
             verdict = Verdict("approved", decided_by=approval.decided_by_id, changed=changed)
         elif approval.status == ApprovalStatus.DENIED:
             verdict = Verdict("denied", reason=approval.reason)

@@ -29,13 +29,13 @@ from agent.record.execute import not_performed, tool_context
 from agent.record.steplog import storable
 from agent.steps import Done
 from agent.tools import ToolError, args_hash, get_tool
-from agent.tools.order_facts import RefundFacts, facts_moved, moved_note, refund_facts
 from agent.tools.narrowing import (
     NarrowingRefused,
     approved_call,
     changes_text,
     with_change_note,
 )
+from agent.tools.order_facts import RefundFacts, facts_moved, moved_note, refund_facts
 from approvals.models import Approval, ApprovalStatus
 from deskhand.domain.desk.models import TicketMessage
 from deskhand.domain.desk.rows import row_by_pk
@@ -139,7 +139,9 @@ def execute_irreversible(run_id: str, seq: int, call: dict[str, Any], approval_i
             return Done(stop="approval_mismatch", detail=f"the approved call is refused: {exc}")
         done_args = performed["input"]
         done_digest = args_hash(name, done_args)
-        changed = changes_text(name, args, done_args) if done_digest != digest else ""
+        changed = (
+            changes_text(name, args, done_args, approval.currency) if done_digest != digest else ""
+        )
         key = ledger_key(root, call_id, done_digest)
         # This call's own claim (a re-execution after a crash between commit and checkpoint),
         # else the same effect made anywhere in the lineage since the lookup.

@@ -32,7 +32,6 @@ from agent.providers.policy_reading import (
     ToolCall,
     business_days,
     first_line,
-    format_money,
     instructions_in,
     mentions,
     sentences,
@@ -40,7 +39,7 @@ from agent.providers.policy_reading import (
 )
 from agent.providers.replies import question_body, reply_body
 from agent.providers.scripted import MARK, _assistant_turns, _Reporting, say
-from deskhand.domain.desk.money import display_cents
+from deskhand.domain.desk.money import display_cents, format_cents
 
 Step = tuple[str, dict[str, Any]]
 Placed = tuple[dt.datetime, dict[str, Any]]
@@ -208,7 +207,7 @@ class Case:
             if m.get("kind") != "note" or not body.startswith(MARK):
                 continue
             for asked, currency, ref, reason in DECLINED_REFUND.findall(body):
-                same = asked == format_money(amount, currency).split(" ")[0]
+                same = asked == format_cents(amount, currency).split(" ")[0]
                 if same and ref == args.get("order_reference"):
                     return f"reason: {reason.strip()}"
         return None
@@ -290,7 +289,7 @@ class Case:
             )
             why = (
                 f"The customer reports a quality problem {days} days after delivery of {ref}, "
-                f"{window_text}, so the goods are due ({format_money(goods_left, currency)}), not shipping."
+                f"{window_text}, so the goods are due ({format_cents(goods_left, currency)}), not shipping."
             )
             acts = (
                 (
@@ -316,12 +315,12 @@ class Case:
             return None
         currency, ref = order["currency"], order["reference"]
         went = (
-            f"{format_money(refunded, currency)} went back on {ref} already"
+            f"{format_cents(refunded, currency)} went back on {ref} already"
             if refunded
-            else f"a refund of {format_money(in_flight, currency)} on {ref} is in flight"
+            else f"a refund of {format_cents(in_flight, currency)} on {ref} is in flight"
         )
         if refunded and in_flight:
-            went += f" ({format_money(in_flight, currency)} more in flight)"
+            went += f" ({format_cents(in_flight, currency)} more in flight)"
         return (
             f"{went[:1].upper()}{went[1:]}: a person approved that amount, so I propose no "
             "further refund on it."
@@ -401,7 +400,7 @@ class Case:
         amount = min(int(dup["total_cents"]), int(dup.get("refundable_cents", 0)))
         why = (
             f"{first['reference']} and {dup['reference']} are orders for the same "
-            f"{format_money(dup['total_cents'], dup['currency'])} placed {apart}; by the policy "
+            f"{format_cents(dup['total_cents'], dup['currency'])} placed {apart}; by the policy "
             f'("{window[1]}") {dup["reference"]}, the later one, is the duplicate.'
         )
         if (already := self._already_refunded(dup)) is not None:
@@ -495,9 +494,9 @@ class Case:
             currency = data.get("currency") or order.get("currency", "USD")
             if c.succeeded:
                 refunded = int(data.get("refunded_cents", c.args.get("amount_cents", 0)))
-                return f"Refunded {format_money(refunded, currency)} against {target}."
+                return f"Refunded {format_cents(refunded, currency)} against {target}."
             asked = c.args.get("amount_cents")
-            amount = format_money(asked, currency) if isinstance(asked, int) else repr(asked)
+            amount = format_cents(asked, currency) if isinstance(asked, int) else repr(asked)
             if c.in_flight:
                 return (
                     f"The refund of {amount} against {target} is in flight: the payment provider "

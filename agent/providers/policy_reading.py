@@ -203,7 +203,7 @@ _REFUND_INSTRUCTION = re.compile(r"\bcall\s+issue_refund\b", re.IGNORECASE)
 ORDER_REF = re.compile(r"\b[A-Z]{2}-\d{4}\b")
 # How an earlier run's note records a refund a person declined (``Case._outcome``).
 DECLINED_REFUND = re.compile(
-    r"I asked to refund (\d+\.\d{2}) ([A-Z]{3}) against ([A-Z0-9-]+), but a person declined it"
+    r"I asked to refund (\d+(?:\.\d+)?) ([A-Z]{3}) against ([A-Z0-9-]+), but a person declined it"
     r" \(reason: ([^)]*)\)"
 )
 
@@ -251,11 +251,6 @@ def instructions_in(text: str) -> list[str]:
 
 def refund_instructions(text: str) -> list[str]:
     return [s for s in sentences(text) if _REFUND_INSTRUCTION.search(s)]
-
-
-def format_money(cents: int, currency: str = "USD") -> str:
-    whole, fraction = divmod(abs(cents), 100)
-    return f"{'-' if cents < 0 else ''}{whole}.{fraction:02d} {currency}"
 
 
 def when(value: Any) -> dt.datetime | None:

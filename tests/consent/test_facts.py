@@ -18,8 +18,8 @@ from agent.models import Run, Step
 from agent.models.ledger import LedgerEntry
 from approvals.models import Approval, ApprovalPolicy, ApprovalStatus
 from deskhand.domain.desk.models import Order, OrderItem, Refund, TicketMessage
-from tests.console.conftest import client_for
 from tests.consent.conftest import bare_run, gate_call
+from tests.console.conftest import client_for
 from tests.durability.helpers import (
     decide,
     pending_approval,
@@ -64,8 +64,12 @@ def _refund_in_the_stores_admin(order: Order, cents: int) -> Refund:
 def _asked_again(run: Run, first: Approval) -> Run:
     return wait_for_run(
         str(run.id),
-        lambda r: r.status in TERMINAL
-        or r.approvals.filter(status="pending", tool="issue_refund").exclude(pk=first.pk).exists(),
+        lambda r: (
+            r.status in TERMINAL
+            or r.approvals.filter(status="pending", tool="issue_refund")
+            .exclude(pk=first.pk)
+            .exists()
+        ),
         60.0,
     )
 

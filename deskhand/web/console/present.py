@@ -27,7 +27,7 @@ from agent.tools import REGISTRY
 from agent.tools.order_facts import RefundFacts
 from approvals.models import Approval
 from deskhand.domain.desk.models import Order
-from deskhand.domain.desk.money import SYMBOLS, display_cents
+from deskhand.domain.desk.money import SYMBOLS, display_cents, typed_units
 from deskhand.web.console import story, words
 
 BAR_STEPS = 100  # static/console.css has a .w0 … .w100 class per percent (CSP forbids style="")
@@ -362,8 +362,7 @@ class Changeable:
     @property
     def in_units(self) -> str:
         """The proposed amount as a person types it: ``17900`` -> ``"179.00"``."""
-        whole, fraction = divmod(int(self.value), 100)
-        return f"{whole}.{fraction:02d}"
+        return typed_units(int(self.value), self.currency)
 
     @property
     def symbol(self) -> str:
