@@ -76,7 +76,7 @@ def _facts_moved(
     # The ticket says why in words, once (a step re-executed after a crash finds its note).
     if not TicketMessage.objects.filter(ticket_id=run.ticket_id, run=run, body=note).exists():
         ticket_note_add(ticket=run.ticket, body=note, run_id=run.pk)
-    events.emit("run.facts_changed", run_id=str(run.pk), approval_id=approval.pk, seq=seq)
+    events.emit("run.facts_changed", run_id=run.pk, approval_id=approval.pk, seq=seq)
     return log_effect_answer(
         run_id=str(run.pk),
         seq=seq,

@@ -90,15 +90,17 @@ def _until_refunded(run: Run) -> Run:
     return wait_for_run(str(run.id), settled, 60.0)
 
 
-@pytest.fixture
-def no_rules(tseeded):
+@pytest.fixture(autouse=True)
+def _no_rules(request):
     """A person decides every call (the seed's rule approving replies is lifted), so the test
     sees each request the run makes."""
-    ApprovalPolicy.objects.all().delete()
+    if "tseeded" in request.fixturenames or "dbos_executor" in request.fixturenames:
+        request.getfixturevalue("tseeded")
+        ApprovalPolicy.objects.all().delete()
 
 
 def test_a_refund_made_outside_between_proposal_and_approval_pays_nothing_and_asks_again(
-    dbos_executor, no_rules
+    dbos_executor,
 ):
     order = _order(10000)
     run = start("NW-1", OWNER)
@@ -145,6 +147,9 @@ def test_a_refund_made_outside_between_proposal_and_approval_pays_nothing_and_as
     assert "Order total $100.00 · $20.00 already refunded · $80.00 left" in page
     run_page = client_for(OWNER).get(f"/runs/{run.pk}/").content.decode()
     assert "was not paid: the order&#x27;s refunded total changed" in run_page
+    # Each request's step keeps the order as its card showed it.
+    assert "Order total $100.00 · $0.00 already refunded · $100.00 left" in run_page
+    assert "Order total $100.00 · $20.00 already refunded · $80.00 left" in run_page
 
     decide(run, OWNER)
     run = _until_refunded(run)
@@ -159,7 +164,7 @@ def test_a_refund_made_outside_between_proposal_and_approval_pays_nothing_and_as
     assert "Approved but not performed: Refund 38.00 USD against order NW-1042" in run.summary
 
 
-def test_on_a_50_dollar_order_the_new_proposal_is_at_most_what_is_left(dbos_executor, no_rules):
+def test_on_a_50_dollar_order_the_new_proposal_is_at_most_what_is_left(dbos_executor):
     order = _order(5000)
     run = start("NW-1", OWNER)
     run = wait_for_run(str(run.id), lambda r: r.status in (*TERMINAL, "awaiting_approval"), 60.0)

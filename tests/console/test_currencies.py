@@ -36,8 +36,10 @@ def _priced_in(currency: str) -> Order:
 def _parked(run: Run) -> Run:
     return wait_for_run(
         str(run.id),
-        lambda r: r.status in TERMINAL
-        or (r.status == "awaiting_approval" and r.approvals.filter(status="pending").exists()),
+        lambda r: (
+            r.status in TERMINAL
+            or (r.status == "awaiting_approval" and r.approvals.filter(status="pending").exists())
+        ),
         60.0,
     )
 

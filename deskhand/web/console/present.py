@@ -161,6 +161,8 @@ def step_view(
         ):
             if value not in (None, ""):
                 details[key] = value
+        if (seen := RefundFacts.from_json(p.facts)) is not None:
+            details["the order as shown"] = seen.line()
     elif isinstance(p, payloads.NotePayload):
         outside = "\n\n".join(f"{n.author or '?'}: {untrusted(n.body)}" for n in p.notes)
     elif isinstance(p, payloads.EndPayload):
