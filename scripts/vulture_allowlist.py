@@ -312,3 +312,4 @@ _.approval_sla_hours
 _.reply_window_hours
 _.address_check  # Notification FK: the outbox row of a support address's routing check
 _.account  # Notification FK: mail about a person's own account (a password reset)
+_.asked_facts  # ApprovalOut field: django-ninja fills it from the presenter's dict key

@@ -12,11 +12,14 @@ import json
 
 import pytest
 from django.db import IntegrityError, transaction
+from django.test import Client
 
 from agent.ledger.effect import execute_irreversible
 from agent.models import Run, Step
 from agent.models.ledger import LedgerEntry
 from approvals.models import Approval, ApprovalPolicy, ApprovalStatus
+from approvals.services import approval_decide
+from deskhand.domain.apikeys.services import key_create
 from deskhand.domain.desk.models import Order, OrderItem, Refund, TicketMessage
 from tests.consent.conftest import bare_run, gate_call
 from tests.console.conftest import client_for
@@ -24,6 +27,7 @@ from tests.durability.helpers import (
     decide,
     pending_approval,
     start,
+    user,
 )
 from tests.fixtures.dbos import wait_for_run
 
@@ -81,9 +85,6 @@ def _until_refunded(run: Run) -> Run:
         if r.status in TERMINAL:
             return True
         for a in r.approvals.filter(status="pending").exclude(tool="issue_refund"):
-            from approvals.services import approval_decide
-            from tests.durability.helpers import user
-
             approval_decide(approval=a, user=user(OWNER), approve=True, reason="", channel="cli")
         return False
 
@@ -145,6 +146,12 @@ def test_a_refund_made_outside_between_proposal_and_approval_pays_nothing_and_as
     assert again.facts["refunded_cents"] == 2000 and again.facts["remaining_cents"] == 8000
     page = client_for(OWNER).get("/approvals/").content.decode()
     assert "Order total $100.00 · $20.00 already refunded · $80.00 left" in page
+    # An API client deciding it reads the same facts.
+    _, token = key_create(
+        merchant=run.merchant, user=user(OWNER), name="a help desk", scopes=["read"]
+    )
+    asked = Client().get(f"/api/v1/approvals/{again.pk}", HTTP_AUTHORIZATION=f"Bearer {token}")
+    assert asked.json()["asked_facts"] == again.facts
     run_page = client_for(OWNER).get(f"/runs/{run.pk}/").content.decode()
     assert "was not paid: the order&#x27;s refunded total changed" in run_page
     # Each request's step keeps the order as its card showed it.
