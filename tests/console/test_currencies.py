@@ -65,6 +65,8 @@ def test_a_refund_reads_in_its_orders_currency_on_the_card_and_in_the_customers_
     assert f"Refund {goods} on order NW-1042" in card
     assert facts in card
     assert f'value="{typed}"' in card  # the amount a person may narrow, as they type it
+    digits = {"JPY": 0, "KWD": 3}[currency]
+    assert f'data-digits="{digits}"' in card  # the live preview reads the currency's digits
     assert f"Refund {machine} against order NW-1042" in refund.preview
     assert "40.00" not in card and "$" not in card.split("<main", 1)[-1].split("</main>")[0]
 

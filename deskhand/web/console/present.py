@@ -27,7 +27,7 @@ from agent.tools import REGISTRY
 from agent.tools.order_facts import RefundFacts
 from approvals.models import Approval
 from deskhand.domain.desk.models import Order
-from deskhand.domain.desk.money import SYMBOLS, display_cents, typed_units
+from deskhand.domain.desk.money import SYMBOLS, display_cents, minor_digits, typed_units
 from deskhand.web.console import story, words
 
 BAR_STEPS = 100  # static/console.css has a .w0 … .w100 class per percent (CSP forbids style="")
@@ -369,6 +369,11 @@ class Changeable:
     @property
     def symbol(self) -> str:
         return SYMBOLS.get(self.currency, "")
+
+    @property
+    def digits(self) -> int:
+        """The currency's minor digits, for the form's live preview (``money.minor_digits``)."""
+        return minor_digits(self.currency)
 
 
 # Arguments that are the model's own account, not anything read from the database.
