@@ -335,6 +335,8 @@ class ApprovalPayload(Row):
     mismatch: str = ""
     # What the lineage and earlier runs on the ticket already did, as shown on the card.
     prior_effects: tuple[str, ...] = ()
+    # The order's money as the card showed it (``agent.tools.order_facts.RefundFacts``).
+    facts: dict[str, Any] = dataclasses.field(default_factory=dict)
     # Written when the wait was settled.
     waited_seconds: float | None = None
     decided_by: str | None = None

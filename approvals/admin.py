@@ -64,7 +64,11 @@ class ApprovalAdmin(AuditAdmin):
         """The money the call would move (refunds), from its arguments; blank for others."""
         args = obj.arguments if isinstance(obj.arguments, dict) else {}
         cents = args.get("amount_cents")
-        return money(cents) if isinstance(cents, int) and not isinstance(cents, bool) else ""
+        return (
+            money(cents, obj.currency)
+            if isinstance(cents, int) and not isinstance(cents, bool)
+            else ""
+        )
 
     @admin.display(description="decided how")
     def decided_how(self, obj: Approval) -> str:

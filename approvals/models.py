@@ -78,6 +78,10 @@ class Approval(models.Model):
     # What the run's lineage and every earlier run on its ticket had already done to the same
     # order or customer when this was requested (``agent.ledger.lineage.prior_effects``), for the card.
     prior_effects = models.JSONField(default=list, blank=True)
+    # The order's money as the person was shown it (``agent.tools.order_facts.RefundFacts``:
+    # total, refunded, left), for a call on an order's money; empty for any other. The effect
+    # reads them again before it pays and asks again if the refunded total moved (migration 0017).
+    facts = models.JSONField(default=dict, blank=True)
     requested_at = models.DateTimeField()
     expires_at = models.DateTimeField()
     status = models.CharField(
@@ -138,6 +142,13 @@ class Approval(models.Model):
         """The arguments the run performs: what was approved, or (no decision yet) the proposal."""
         approved = self.approved_arguments
         return dict(approved if isinstance(approved, dict) else self.arguments or {})
+
+    @property
+    def currency(self) -> str:
+        """The currency of the order the call moves money on, as the facts recorded it (an
+        approval that recorded none is in the default, USD)."""
+        facts = self.facts if isinstance(self.facts, dict) else {}
+        return str(facts.get("currency") or "USD")
 
     @property
     def changed(self) -> bool:

@@ -325,3 +325,4 @@ _.orderCancel
 _.webhookSubscriptionCreate
 # --- read by the integrator's order source (deskhand/domain/store/shopify.py) -------------
 _.presentment_currency  # Order: the currency the customer saw, shown beside the shop's
+_.asked_facts  # ApprovalOut field: django-ninja fills it from the presenter's dict key

@@ -14,28 +14,32 @@
 
   // Money typed as people read it: "150" and "150.00" are both 150 of the currency, "1.5" is 1.50.
   // The same rule as deskhand/domain/desk/money.py:parse_amount, on text (no float), for a live preview.
-  function parseCents(text) {
-    var t = String(text).replace(/[\s,\u00a0]/g, "").replace(/^[$€£]/, "").replace(/[A-Za-z]{3}$/, "");
-    var m = /^(\d{0,12})(?:\.(\d{0,2}))?$/.exec(t);
-    if (!t || !m || (!m[1] && !m[2])) return null;
-    return parseInt(m[1] || "0", 10) * 100 + parseInt(((m[2] || "") + "00").slice(0, 2), 10);
+  // ``digits``: the currency's minor digits (2 for USD, 0 for JPY, 3 for KWD: money.py's MINOR_DIGITS).
+  function parseCents(text, digits) {
+    var t = String(text).replace(/[\s,\u00a0]/g, "").replace(/^[$€£¥]/, "").replace(/[A-Za-z]{3}$/, "");
+    var m = /^(\d{0,12})(?:\.(\d*))?$/.exec(t);
+    if (!t || !m || (!m[1] && !m[2]) || (m[2] || "").length > digits) return null;
+    var unit = Math.pow(10, digits);
+    return parseInt(m[1] || "0", 10) * unit + (digits ? parseInt(((m[2] || "") + "000").slice(0, digits), 10) : 0);
   }
-  function showCents(cents, symbol, code) {
-    var whole = String(Math.floor(cents / 100)).replace(/\B(?=(\d{3})+(?!\d))/g, ",");
-    var amount = whole + "." + String(cents % 100).padStart(2, "0");
+  function showCents(cents, symbol, code, digits) {
+    var unit = Math.pow(10, digits);
+    var whole = String(Math.floor(cents / unit)).replace(/\B(?=(\d{3})+(?!\d))/g, ",");
+    var amount = digits ? whole + "." + String(cents % unit).padStart(digits, "0") : whole;
     return symbol ? symbol + amount : amount + " " + code;
   }
   function preview(input) {
     var out = document.getElementById(input.getAttribute("data-preview"));
     if (!out) return;
-    var cents = parseCents(input.value);
+    var digits = parseInt(input.getAttribute("data-digits") || "2", 10);
+    var cents = parseCents(input.value, digits);
     var max = parseInt(input.getAttribute("data-max-cents"), 10);
     var symbol = input.getAttribute("data-symbol"), code = input.getAttribute("data-currency");
-    var of = showCents(max, symbol, code);
+    var of = showCents(max, symbol, code, digits);
     if (cents === null) out.textContent = "Type an amount like 12 or 12.50 (at most " + of + ").";
     else if (cents < 1) out.textContent = "The amount must be more than 0.";
-    else if (cents > max) out.textContent = showCents(cents, symbol, code) + " is more than the " + of + " proposed: you may only approve less.";
-    else out.textContent = (input.getAttribute("data-verb") || "Refund") + " " + showCents(cents, symbol, code) + " of " + of + " proposed.";
+    else if (cents > max) out.textContent = showCents(cents, symbol, code, digits) + " is more than the " + of + " proposed: you may only approve less.";
+    else out.textContent = (input.getAttribute("data-verb") || "Refund") + " " + showCents(cents, symbol, code, digits) + " of " + of + " proposed.";
   }
 
   // A note's length while it is typed: the limit is said before the server has to refuse it.

@@ -27,6 +27,7 @@ from agent.run.bounds import refund_precheck
 from agent.steps import ApprovalPayload, Opened, ToolPayload, Verdict
 from agent.tools import args_hash, get_tool
 from agent.tools.narrowing import changes_text
+from agent.tools.order_facts import refund_facts
 from approvals.models import Approval, ApprovalStatus
 from approvals.notifications import NotificationEvent, notify_approval
 from approvals.services import approval_decide_by_policy, approval_expire
@@ -86,6 +87,7 @@ def gate_request(run_id: str, seq: int, call: dict[str, Any]) -> Opened:
                 )
                 return Opened(refused=why)
         now = timezone.now()
+        facts = _facts(run, tool, args)
         approval, created = Approval.objects.get_or_create(
             run=run,
             tool_call_id=call_id,
@@ -94,9 +96,13 @@ def gate_request(run_id: str, seq: int, call: dict[str, Any]) -> Opened:
                 "tool": name,
                 "arguments": args,
                 "args_hash": digest,
-                "preview": tool.preview(args) if tool.preview else name,
+                "preview": tool.preview(args, facts.get("currency", "USD"))
+                if tool.preview
+                else name,
                 # What was already done to this order or customer, frozen at request time.
                 "prior_effects": lineage.prior_effects(run, name, args),
+                # The order's money as the person is shown it: the effect reads it again.
+                "facts": facts,
                 "requested_at": now,
                 "expires_at": now + dt.timedelta(seconds=run.merchant.approval_ttl_seconds),
             },
@@ -136,6 +142,7 @@ def gate_request(run_id: str, seq: int, call: dict[str, Any]) -> Opened:
                 expires_at=approval.expires_at.isoformat(),
                 reused=not created,
                 prior_effects=tuple(p["what"] for p in approval.prior_effects),
+                facts=approval.facts,
                 policy=approval.decided_by_label if approval.policy_id else "",
                 mismatch="; ".join(differences),
             ),
@@ -151,6 +158,15 @@ def gate_request(run_id: str, seq: int, call: dict[str, Any]) -> Opened:
                 amount_cents=args.get("amount_cents"),
             )
     return _requested(approval, differences)
+
+
+def _facts(run: Run, tool: Any, args: dict[str, Any]) -> dict[str, Any]:
+    """What the approver is shown of the order a call moves money on (``{}`` for any other
+    call): its total, refunded total and what is left, in the order's currency."""
+    if not tool.money_field:
+        return {}
+    facts = refund_facts(merchant_id=run.merchant_id, reference=args.get("order_reference"))
+    return facts.to_json() if facts is not None else {}
 
 
 def _asked(run_id: str, call_id: str) -> bool:
@@ -237,7 +253,11 @@ def gate_resume(
         if approval.status == ApprovalStatus.APPROVED and differences:
             verdict = Verdict("mismatch", detail="; ".join(differences))
         elif approval.status == ApprovalStatus.APPROVED:
-            changed = changes_text(name, args, approval.executes) if approval.changed else ""
+            changed = (
+                changes_text(name, args, approval.executes, approval.currency)
+                if approval.changed
+                else ""
+            )
             verdict = Verdict("approved", decided_by=approval.decided_by_id, changed=changed)
         elif approval.status == ApprovalStatus.DENIED:
             verdict = Verdict("denied", reason=approval.reason)

@@ -14,6 +14,7 @@ asked before a person is (``agent.ledger.lineage.performed``, in the gate's open
 
 from __future__ import annotations
 
+import json
 import time
 from typing import Any
 
@@ -34,8 +35,11 @@ from agent.tools.narrowing import (
     changes_text,
     with_change_note,
 )
+from agent.tools.order_facts import RefundFacts, facts_moved, moved_note, refund_facts
 from approvals.models import Approval, ApprovalStatus
+from deskhand.domain.desk.models import TicketMessage
 from deskhand.domain.desk.rows import row_by_pk
+from deskhand.domain.desk.services import ticket_note_add
 from deskhand.infra import events
 from deskhand.infra.crashpoints import Point
 
@@ -71,6 +75,40 @@ def _covered(
         return approved_call(approval, call)
     except NarrowingRefused as exc:
         return Done(stop="approval_mismatch", detail=f"the approved call is refused: {exc}")
+
+
+def _facts_moved(
+    run: Run, approval: Approval, seq: int, call_id: str, name: str, args: dict[str, Any]
+) -> Done | None:
+    """The approval holds for the facts the person saw: re-read them, or refuse to pay.
+
+    Read under the merchant's and the order's row locks, in the transaction that would
+    claim the ledger key (``refund_facts(lock=True)``), so no refund lands between this
+    read and the claim: a crash anywhere still pays at most once. An approval that recorded
+    no facts (opened before approvals held them, or a call on no order's money) holds as
+    it always did.
+    """
+    seen = RefundFacts.from_json(approval.facts)
+    if seen is None:
+        return None
+    now = refund_facts(merchant_id=run.merchant_id, reference=seen.order_reference, lock=True)
+    record = None if now is None else facts_moved(seen, now, args.get("amount_cents"))
+    if record is None:
+        return None
+    note = moved_note(record)
+    # The ticket says why in words, once (a step re-executed after a crash finds its note).
+    if not TicketMessage.objects.filter(ticket_id=run.ticket_id, run=run, body=note).exists():
+        ticket_note_add(ticket=run.ticket, body=note, run_id=run.pk)
+    events.emit("run.facts_changed", run_id=run.pk, approval_id=approval.pk, seq=seq)
+    return log_effect_answer(
+        run_id=str(run.pk),
+        seq=seq,
+        tool=name,
+        call_id=call_id,
+        arguments=args,
+        result=ToolPayload(text=json.dumps(record, sort_keys=True), approval_id=str(approval.pk)),
+        ok=False,
+    )
 
 
 def execute_irreversible(run_id: str, seq: int, call: dict[str, Any], approval_id: str) -> Done:
@@ -111,7 +149,9 @@ def execute_irreversible(run_id: str, seq: int, call: dict[str, Any], approval_i
             return performed
         done_args = performed["input"]
         done_digest = args_hash(name, done_args)
-        changed = changes_text(name, args, done_args) if done_digest != digest else ""
+        changed = (
+            changes_text(name, args, done_args, approval.currency) if done_digest != digest else ""
+        )
         key = ledger_key(root, call_id, done_digest)
         # This call's own claim (a re-execution after a crash between commit and checkpoint),
         # else the same effect made anywhere in the lineage since the lookup.
@@ -140,6 +180,9 @@ def execute_irreversible(run_id: str, seq: int, call: dict[str, Any], approval_i
                 ok=entry.ok,
                 replayed=True,
             )
+        elif (moved := _facts_moved(run, approval, seq, call_id, name, done_args)) is not None:
+            # The order's money moved since the person was shown it: nothing is claimed or paid.
+            return moved
         else:
             adapter = intents.adapter_name(run.merchant, tool, run.ticket_id)
             external = adapter != intents.DATABASE

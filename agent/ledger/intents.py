@@ -38,7 +38,7 @@ from agent.effects.base import Adapter, Outcome
 from agent.effects.mail import SmtpAdapter
 from agent.effects.payments import PaymentsAdapter
 from agent.ledger.answers import log_effect_answer
-from agent.ledger.lineage import describe
+from agent.ledger.lineage import currency_of, describe
 from agent.models import TERMINAL_STATUSES, Run
 from agent.models.ledger import LedgerEntry, LedgerState
 from agent.record import faults
@@ -150,7 +150,7 @@ def _amend_closed_run(entry: LedgerEntry, outcome: Outcome) -> None:
         return
     if outcome.state == "done":
         line = (
-            f"{describe(entry.tool, entry.arguments).rstrip('.')} (confirmed by {entry.adapter} "
+            f"{describe(entry.tool, entry.arguments, currency_of(entry)).rstrip('.')} (confirmed by {entry.adapter} "
             "after the run ended)."
         )
     else:

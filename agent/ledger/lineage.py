@@ -115,11 +115,17 @@ CUSTOMER_MAIL = ("send_customer_email", "reply_to_customer", "ask_customer")
 """The tools whose effect is words to the ticket's customer."""
 
 
-def describe(tool: str, arguments: Any) -> str:
+def currency_of(entry: LedgerEntry) -> str:
+    """The currency of a claim's money: its approval's order's (USD when it recorded none)."""
+    return entry.approval.currency if entry.approval_id is not None and entry.approval else "USD"
+
+
+def describe(tool: str, arguments: Any, currency: str = "USD") -> str:
     """One effect in a sentence, from its recorded arguments (never from a result)."""
     a = arguments if isinstance(arguments, dict) else {}
     if tool == "issue_refund":
-        return f"Refunded {format_cents(a.get('amount_cents') or 0)} against {a.get('order_reference')}."
+        money = format_cents(a.get("amount_cents") or 0, currency)
+        return f"Refunded {money} against {a.get('order_reference')}."
     if tool == "send_customer_email":
         return f"Emailed the customer on {a.get('reference')}: '{a.get('subject')}'."
     if tool == "reply_to_customer":
@@ -136,13 +142,14 @@ def describe_in_flight(entry: LedgerEntry) -> str:
     neither done nor not done (a refund "in flight" may or may not have moved money)."""
     a = entry.arguments if isinstance(entry.arguments, dict) else {}
     if entry.tool == "issue_refund":
-        what = f"Refund of {format_cents(a.get('amount_cents') or 0)} against {a.get('order_reference')}"
+        money = format_cents(a.get("amount_cents") or 0, currency_of(entry))
+        what = f"Refund of {money} against {a.get('order_reference')}"
     elif entry.tool == "send_customer_email":
         what = f"Email to the customer on {a.get('reference')}: '{a.get('subject')}'"
     elif entry.tool in ("reply_to_customer", "ask_customer"):
         what = f"Message to the customer on {a.get('reference')}"
     else:
-        what = describe(entry.tool, a).rstrip(".")
+        what = describe(entry.tool, a, currency_of(entry)).rstrip(".")
     return f"{what} in flight (sent to {entry.adapter}, not yet confirmed)."
 
 
@@ -155,11 +162,15 @@ def prior_effects(run: Run, name: str, args: dict[str, Any]) -> list[dict[str, A
     """
     root = run.root()
     # A claim sent to another system and not yet confirmed may have been made: shown too.
-    entries = LedgerEntry.objects.filter(
-        Q(ok=True) | Q(state=LedgerState.PENDING),
-        Q(root_run_id=root.pk)
-        | Q(run_id__in=Run.objects.filter(ticket_id=run.ticket_id).values("id")),
-    ).order_by("created_at", "id")
+    entries = (
+        LedgerEntry.objects.filter(
+            Q(ok=True) | Q(state=LedgerState.PENDING),
+            Q(root_run_id=root.pk)
+            | Q(run_id__in=Run.objects.filter(ticket_id=run.ticket_id).values("id")),
+        )
+        .select_related("approval")
+        .order_by("created_at", "id")
+    )
     order = args.get("order_reference")
     out = []
     for e in entries:
@@ -167,7 +178,9 @@ def prior_effects(run: Run, name: str, args: dict[str, Any]) -> list[dict[str, A
         same_customer = name in CUSTOMER_MAIL and e.tool in CUSTOMER_MAIL
         if not (same_order or same_customer):
             continue
-        what = describe_in_flight(e) if e.is_pending else describe(e.tool, e.arguments)
+        what = (
+            describe_in_flight(e) if e.is_pending else describe(e.tool, e.arguments, currency_of(e))
+        )
         out.append(
             {
                 "run_id": str(e.run_id),
@@ -187,6 +200,7 @@ def inherited_effects(run: Run) -> list[LedgerEntry]:
         return []
     return list(
         LedgerEntry.objects.filter(root_run=run.root(), ok=True, created_at__lt=run.created_at)
+        .select_related("approval")
         .exclude(run_id=run.pk)
         .order_by("created_at", "pk")
     )

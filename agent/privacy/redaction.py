@@ -148,12 +148,12 @@ def _block(block: Any, marker: str) -> Any:
     return {"type": kind, "redacted": marker}
 
 
-def preview_of(tool: str, arguments: Any, marker: str) -> str:
+def preview_of(tool: str, arguments: Any, marker: str, currency: str = "USD") -> str:
     """What an approver read, re-rendered from redacted arguments (amount and order stay)."""
     definition = REGISTRY.get(tool)
     if definition is None or definition.preview is None or not isinstance(arguments, dict):
         return marker
-    return definition.preview(arguments)
+    return definition.preview(arguments, currency)
 
 
 def redacted_payload(
@@ -171,7 +171,9 @@ def redacted_payload(
     if isinstance(p, payloads.ApprovalPayload):
         return dataclasses.replace(
             p,
-            preview=preview_of(tool, arguments, marker) if p.preview else "",
+            preview=preview_of(tool, arguments, marker, str(p.facts.get("currency") or "USD"))
+            if p.preview
+            else "",
             reason=_text(p.reason, marker),
             prior_effects=tuple(marker for _ in p.prior_effects),
         )
@@ -208,7 +210,7 @@ def _approvals(run: Run, marker: str) -> int:
         a.arguments = redact_json(a.arguments, marker)
         a.approved_arguments = redact_json(a.approved_arguments, marker)
         a.prior_effects = redact_json(a.prior_effects, marker)
-        a.preview = preview_of(a.tool, a.arguments, marker)
+        a.preview = preview_of(a.tool, a.arguments, marker, a.currency)
         a.reason = _text(a.reason, marker)
         a.save(
             update_fields=["arguments", "approved_arguments", "prior_effects", "preview", "reason"]

@@ -32,7 +32,6 @@ from agent.providers.policy_reading import (
     business_days,
     customer_query,
     first_line,
-    format_money,
     instructions_in,
     mentions,
     on_subject,
@@ -41,7 +40,7 @@ from agent.providers.policy_reading import (
 )
 from agent.providers.replies import question_body, reply_body
 from agent.providers.scripted import MARK, _assistant_turns, _Reporting, say
-from deskhand.domain.desk.money import display_cents
+from deskhand.domain.desk.money import display_cents, format_cents
 
 Step = tuple[str, dict[str, Any]]
 Placed = tuple[dt.datetime, dict[str, Any]]
@@ -145,8 +144,12 @@ class Case:
     # judgement
 
     def verdict(self) -> Verdict:
-        judged = self._judge()
-        failed = [c for c in self.history.irreversible() if c.text is not None and c.is_error]
+        judged = self._refit(self._judge())
+        failed = [
+            c
+            for c in self.history.irreversible()
+            if c.text is not None and c.is_error and not c.facts_changed
+        ]
         if failed and all(c.declined for c in failed) and judged.if_declined != "escalated":
             return Verdict(judged.if_declined, judged.why + " A person declined it.")
         if failed:
@@ -167,6 +170,27 @@ class Case:
                 return Verdict(judged.if_declined, why, judged.acts[:i])
         return judged
 
+    def _refit(self, judged: Verdict) -> Verdict:
+        """A refund not paid because the order's refunded total moved under its approval is
+        proposed again — at most what the refusal said is left — so a person decides it with
+        the new total beside it; with nothing left, a person decides what is due."""
+        acts: list[Step] = []
+        for name, args in judged.acts:
+            last = self.history.last(name, order_reference=args.get("order_reference"))
+            moved = last.facts_changed if last is not None and name == "issue_refund" else None
+            if moved is None:
+                acts.append((name, args))
+                continue
+            left = int(moved.get("refundable_remaining_cents", 0))
+            if left <= 0:
+                ref = args.get("order_reference")
+                return self._escalate(
+                    f"{judged.why} The order's refunded total changed before the refund was "
+                    f"paid, and nothing is left to refund on {ref}."
+                )
+            acts.append((name, {**args, "amount_cents": min(int(args["amount_cents"]), left)}))
+        return dataclasses.replace(judged, acts=tuple(acts))
+
     def declined_earlier(self, name: str, args: dict[str, Any]) -> str | None:
         """The sentence an earlier run's note gave for declining this same call, if one did.
 
@@ -183,7 +207,7 @@ class Case:
             if m.get("kind") != "note" or not body.startswith(MARK):
                 continue
             for asked, currency, ref, reason in DECLINED_REFUND.findall(body):
-                same = asked == format_money(amount, currency).split(" ")[0]
+                same = asked == format_cents(amount, currency).split(" ")[0]
                 if same and ref == args.get("order_reference"):
                     return f"reason: {reason.strip()}"
         return None
@@ -285,7 +309,7 @@ class Case:
             )
             why = (
                 f"The customer reports a quality problem {days} days after delivery of {ref}, "
-                f"{window_text}, so the goods are due ({format_money(goods_left, currency)}), not shipping."
+                f"{window_text}, so the goods are due ({format_cents(goods_left, currency)}), not shipping."
             )
             acts = (
                 (
@@ -311,12 +335,12 @@ class Case:
             return None
         currency, ref = order["currency"], order["reference"]
         went = (
-            f"{format_money(refunded, currency)} went back on {ref} already"
+            f"{format_cents(refunded, currency)} went back on {ref} already"
             if refunded
-            else f"a refund of {format_money(in_flight, currency)} on {ref} is in flight"
+            else f"a refund of {format_cents(in_flight, currency)} on {ref} is in flight"
         )
         if refunded and in_flight:
-            went += f" ({format_money(in_flight, currency)} more in flight)"
+            went += f" ({format_cents(in_flight, currency)} more in flight)"
         return (
             f"{went[:1].upper()}{went[1:]}: a person approved that amount, so I propose no "
             "further refund on it."
@@ -396,7 +420,7 @@ class Case:
         amount = min(int(dup["total_cents"]), int(dup.get("refundable_cents", 0)))
         why = (
             f"{first['reference']} and {dup['reference']} are orders for the same "
-            f"{format_money(dup['total_cents'], dup['currency'])} placed {apart}; by the policy "
+            f"{format_cents(dup['total_cents'], dup['currency'])} placed {apart}; by the policy "
             f'("{window[1]}") {dup["reference"]}, the later one, is the duplicate.'
         )
         if (already := self._already_refunded(dup)) is not None:
@@ -490,9 +514,9 @@ class Case:
             currency = data.get("currency") or order.get("currency", "USD")
             if c.succeeded:
                 refunded = int(data.get("refunded_cents", c.args.get("amount_cents", 0)))
-                return f"Refunded {format_money(refunded, currency)} against {target}."
+                return f"Refunded {format_cents(refunded, currency)} against {target}."
             asked = c.args.get("amount_cents")
-            amount = format_money(asked, currency) if isinstance(asked, int) else repr(asked)
+            amount = format_cents(asked, currency) if isinstance(asked, int) else repr(asked)
             if c.in_flight:
                 return (
                     f"The refund of {amount} against {target} is in flight: the payment provider "

@@ -18,6 +18,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from agent.conversation.fence import unwrap
+from agent.tools.order_facts import FACTS_CHANGED
 
 DENIAL_PREFIX = "A person declined this action."
 # How a refund result reads when the payment provider has not confirmed the refund: money in
@@ -76,6 +77,18 @@ class ToolCall:
         return self.is_error and IN_FLIGHT_PREFIX in (self.text or "")
 
     @property
+    def facts_changed(self) -> dict[str, Any] | None:
+        """A refund not paid because the order's refunded total moved after the person was
+        asked (``agent.tools.order_facts.facts_moved``): its record, else ``None``."""
+        if not self.is_error or self.text is None:
+            return None
+        try:
+            data = json.loads(self.text)
+        except ValueError:
+            return None
+        return data if isinstance(data, dict) and data.get(FACTS_CHANGED) is True else None
+
+    @property
     def declined(self) -> bool:
         return self.is_error and (self.text or "").startswith(DENIAL_PREFIX)
 
@@ -86,6 +99,8 @@ class ToolCall:
         if self.declined:
             reason = re.search(r"Reason:\s*(.*)", text)
             return f"a person declined it (reason: {reason.group(1).strip() if reason else 'none given'})"
+        if self.facts_changed:
+            return "the order's refunded total changed before it was paid, so nothing was paid on that approval"
         return f"it failed: {first_line(text)}"
 
 
@@ -131,7 +146,10 @@ class History:
     def attempt(self, name: str, args: dict[str, Any]) -> ToolCall | None:
         """An earlier irreversible call on the same target, whatever its other arguments."""
         key = "order_reference" if name in ("issue_refund", "cancel_order") else "reference"
-        return self.last(name, **{key: args.get(key)})
+        last = self.last(name, **{key: args.get(key)})
+        # Not paid because the order changed under the approval: the call is due again (a
+        # person is asked again, with the new total beside it).
+        return None if last is not None and last.facts_changed else last
 
     def irreversible(self) -> list[ToolCall]:
         return [c for c in self.calls if c.name in IRREVERSIBLE]
@@ -185,7 +203,7 @@ _REFUND_INSTRUCTION = re.compile(r"\bcall\s+issue_refund\b", re.IGNORECASE)
 ORDER_REF = re.compile(r"\b[A-Z]{2}-\d{4}\b")
 # How an earlier run's note records a refund a person declined (``Case._outcome``).
 DECLINED_REFUND = re.compile(
-    r"I asked to refund (\d+\.\d{2}) ([A-Z]{3}) against ([A-Z0-9-]+), but a person declined it"
+    r"I asked to refund (\d+(?:\.\d+)?) ([A-Z]{3}) against ([A-Z0-9-]+), but a person declined it"
     r" \(reason: ([^)]*)\)"
 )
 
@@ -252,11 +270,6 @@ def instructions_in(text: str) -> list[str]:
 
 def refund_instructions(text: str) -> list[str]:
     return [s for s in sentences(text) if _REFUND_INSTRUCTION.search(s)]
-
-
-def format_money(cents: int, currency: str = "USD") -> str:
-    whole, fraction = divmod(abs(cents), 100)
-    return f"{'-' if cents < 0 else ''}{whole}.{fraction:02d} {currency}"
 
 
 def when(value: Any) -> dt.datetime | None:

@@ -32,6 +32,7 @@ from agent.providers.base import Provider
 from agent.providers.pricing import UnknownModel, require_priced
 from agent.providers.scripted import POLICY_MODEL
 from agent.replay import diverge, timeline
+from deskhand.domain.desk.money import display_cents
 
 PROVIDERS = ("anthropic", "scripted")
 # Providers that cost money: a corpus against one needs a spend limit.
@@ -88,10 +89,8 @@ class Asked:
 
 
 def dollars(cents: int) -> str:
-    """Integer cents as dollars, exactly."""
-    sign = "-" if cents < 0 else ""
-    whole, part = divmod(abs(cents), 100)
-    return f"{sign}${whole:,}.{part:02d}"
+    """Integer cents as dollars, exactly (a corpus's refunds summed across its runs)."""
+    return display_cents(cents, "USD")
 
 
 def micro_dollars(micros: int) -> str:

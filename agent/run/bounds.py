@@ -27,6 +27,7 @@ import datetime as dt
 import json
 import zoneinfo
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 from django.conf import settings
@@ -250,7 +251,6 @@ def refund_precheck(run_id: str, args: dict[str, Any], run: Run | None = None) -
         return None  # validation's business, not a ceiling's
     if not isinstance(reference, str):
         return None
-    money = format_cents
     try:
         # The lookup the refund itself makes: this merchant's order, this ticket's customer,
         # read from the order source the run started with.
@@ -261,8 +261,9 @@ def refund_precheck(run_id: str, args: dict[str, Any], run: Run | None = None) -
             source=run.order_source,
         )
     except ToolError as exc:
-        return f"cannot refund {money(amount)}: {exc}"
+        return f"cannot refund {format_cents(amount)}: {exc}"
 
+    money = partial(format_cents, currency=order.currency)  # the order's own currency
     refused = f"cannot refund {money(amount)} against {order.reference}"
     # Counted as the refund counts them: every run on this ticket (their forks and re-runs
     # too), the merchant's today; the order's own from its source (what it has refunded,

@@ -12,7 +12,7 @@ from typing import Any
 
 from django.db.models import Sum
 
-from agent.ledger.lineage import CUSTOMER_MAIL, describe, inherited_effects
+from agent.ledger.lineage import CUSTOMER_MAIL, currency_of, describe, inherited_effects
 from agent.models import Run
 from agent.models.ledger import LedgerEntry, LedgerState
 from agent.tools.narrowing import changes_text
@@ -27,7 +27,7 @@ def _decided_how(approval: Approval | None) -> str:
         return ""
     if approval.changed:
         proposed = approval.arguments if isinstance(approval.arguments, dict) else {}
-        what = changes_text(approval.tool, proposed, approval.executes)
+        what = changes_text(approval.tool, proposed, approval.executes, approval.currency)
         return f" (approved with changes by {approval.decided_by_label or 'a person'}: {what})"
     if approval.policy_id is not None:
         return f" (approved by the merchant's {approval.decided_by_label})"
@@ -80,7 +80,8 @@ def effects_summary(run_id: str) -> str:
     entries = run_ledger_entries(run.pk)
     for entry in entries:
         if entry.ok:
-            lines.append(describe(entry.tool, entry.arguments) + _decided_how(entry.approval))
+            what = describe(entry.tool, entry.arguments, currency_of(entry))
+            lines.append(what + _decided_how(entry.approval))
     if not lines and not any(e.is_pending for e in entries):
         lines.append("No money moved, no email was sent and no order was cancelled.")
     elif all(e.tool in CUSTOMER_MAIL for e in entries if e.ok or e.is_pending):
@@ -116,7 +117,10 @@ def effects_summary(run_id: str) -> str:
     if inherited:
         head = [
             "Inherited from the lineage (already done, not repeated):",
-            *(f"- {describe(e.tool, e.arguments)} (run {e.run_id})" for e in inherited),
+            *(
+                f"- {describe(e.tool, e.arguments, currency_of(e))} (run {e.run_id})"
+                for e in inherited
+            ),
             "New in this run:",
         ]
         lines = head + lines

@@ -219,9 +219,9 @@ def cancel_order(ctx: ToolContext, args: dict[str, Any]) -> ToolOutcome:
     )
 
 
-def _money_preview(amount: Any) -> str:
+def _money_preview(amount: Any, currency: str) -> str:
     if isinstance(amount, int) and not isinstance(amount, bool):
-        return format_cents(amount)
+        return format_cents(amount, currency)
     return f"{amount!r} cents"
 
 
@@ -239,8 +239,9 @@ TOOLS: list[ToolDef] = [
             order_reference=STRING, amount_cents={"type": "integer"}, reason=STRING
         ),
         handler=issue_refund,
-        preview=lambda a: (
-            f"Refund {_money_preview(a.get('amount_cents'))} against order "
+        # In the order's currency (the gate reads it with the order's facts): 4000 JPY, never 40.00.
+        preview=lambda a, currency: (
+            f"Refund {_money_preview(a.get('amount_cents'), currency)} against order "
             f"{a.get('order_reference')} — {a.get('reason')}"
         ),
         check=check_args(
@@ -265,7 +266,7 @@ TOOLS: list[ToolDef] = [
         risk=Risk.IRREVERSIBLE,
         input_schema=object_schema(reference=STRING, subject=STRING, body=STRING),
         handler=send_customer_email,
-        preview=lambda a: (
+        preview=lambda a, _currency: (
             f"Email the customer on {a.get('reference')} — subject: '{a.get('subject')}'\n\n"
             f"{a.get('body')}"
         ),
@@ -297,7 +298,9 @@ TOOLS: list[ToolDef] = [
         risk=Risk.IRREVERSIBLE,
         input_schema=object_schema(reference=STRING, body=STRING),
         handler=reply_to_customer,
-        preview=lambda a: f"Reply to the customer on {a.get('reference')}:\n\n{a.get('body')}",
+        preview=lambda a, _currency: (
+            f"Reply to the customer on {a.get('reference')}:\n\n{a.get('body')}"
+        ),
         check=check_args("reply_to_customer", text={"body": (10, 4000)}),
         # Like an email: the ticket names the recipient; the identical body was already sent
         # (answered from the ledger), any other body is a new reply a rule or a person approves.
@@ -322,7 +325,9 @@ TOOLS: list[ToolDef] = [
         risk=Risk.IRREVERSIBLE,
         input_schema=object_schema(reference=STRING, question=STRING),
         handler=ask_customer,
-        preview=lambda a: f"Ask the customer on {a.get('reference')}:\n\n{a.get('question')}",
+        preview=lambda a, _currency: (
+            f"Ask the customer on {a.get('reference')}:\n\n{a.get('question')}"
+        ),
         check=check_args("ask_customer", text={"question": (10, 4000)}),
         identity=("reference",),
         content=("question",),
@@ -339,7 +344,7 @@ TOOLS: list[ToolDef] = [
         risk=Risk.IRREVERSIBLE,
         input_schema=object_schema(order_reference=STRING, reason=STRING),
         handler=cancel_order,
-        preview=lambda a: f"Cancel order {a.get('order_reference')} — {a.get('reason')}",
+        preview=lambda a, _currency: f"Cancel order {a.get('order_reference')} — {a.get('reason')}",
         check=check_args("cancel_order", text={"reason": (3, 500)}),
         # A cancellation is which order: another reason cancels nothing new.
         identity=("order_reference",),

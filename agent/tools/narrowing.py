@@ -30,15 +30,15 @@ class NarrowingRefused(Exception):
     """These changes are not a narrowing of the proposed call; the message is one sentence."""
 
 
-def _value(tool: ToolDef, field: str, value: Any) -> str:
+def _value(tool: ToolDef, field: str, value: Any, currency: str) -> str:
     if field == tool.money_field and isinstance(value, int) and not isinstance(value, bool):
-        return format_cents(value)
+        return format_cents(value, currency)
     text = repr(value)
     return text if len(text) <= 60 else text[:57] + "…"
 
 
 def narrowed_arguments(
-    tool_name: str, proposed: Mapping[str, Any], changes: Mapping[str, Any]
+    tool_name: str, proposed: Mapping[str, Any], changes: Mapping[str, Any], currency: str = "USD"
 ) -> dict[str, Any]:
     """``proposed`` with ``changes`` applied, if each change narrows the call; else refuse.
 
@@ -76,11 +76,13 @@ def narrowed_arguments(
                 raise NarrowingRefused(f"{field} must be a whole number, not {value!r}.")
             if isinstance(old, int) and value > old:
                 raise NarrowingRefused(
-                    f"approving {_value(tool, field, value)} is more than the "
-                    f"{_value(tool, field, old)} proposed: a person may only approve less."
+                    f"approving {_value(tool, field, value, currency)} is more than the "
+                    f"{_value(tool, field, old, currency)} proposed: a person may only approve less."
                 )
             if value < 1:
-                raise NarrowingRefused(f"{field} must be at least {_value(tool, field, 1)}.")
+                raise NarrowingRefused(
+                    f"{field} must be at least {_value(tool, field, 1, currency)}."
+                )
         elif how is Narrowing.REWORD:
             if not isinstance(value, str) or not value.strip():
                 raise NarrowingRefused(f"the edited {field} must be some text.")
@@ -119,8 +121,11 @@ def changes_from_form(tool_name: str, raw: Mapping[str, str]) -> dict[str, Any]:
     return out
 
 
-def changes_text(tool_name: str, proposed: Mapping[str, Any], approved: Mapping[str, Any]) -> str:
-    """What a person changed, in words: "amount_cents from 48.00 to 20.00; body edited"."""
+def changes_text(
+    tool_name: str, proposed: Mapping[str, Any], approved: Mapping[str, Any], currency: str = "USD"
+) -> str:
+    """What a person changed, in words: "amount_cents from 48.00 USD to 20.00 USD; body
+    edited" (money in the order's ``currency``)."""
     try:
         tool = get_tool(tool_name)
     except ToolError:
@@ -133,7 +138,8 @@ def changes_text(tool_name: str, proposed: Mapping[str, Any], approved: Mapping[
         if tool.narrowing().get(field) is Narrowing.REWORD:
             out.append(f"{field} edited")
         else:
-            out.append(f"{field} from {_value(tool, field, old)} to {_value(tool, field, new)}")
+            was, now = _value(tool, field, old, currency), _value(tool, field, new, currency)
+            out.append(f"{field} from {was} to {now}")
     return "; ".join(out)
 
 
@@ -156,7 +162,7 @@ def approval_approve_with_changes(
             f"approval {approval.id} is for {approval.tool}; a decision cannot turn it into {tool}."
         )
     proposed = approval.arguments if isinstance(approval.arguments, dict) else {}
-    approved = narrowed_arguments(approval.tool, proposed, changes)
+    approved = narrowed_arguments(approval.tool, proposed, changes, approval.currency)
     return approval_decide(
         approval=approval,
         user=user,
@@ -178,7 +184,9 @@ def approved_call(approval: Approval, call: Mapping[str, Any]) -> dict[str, Any]
     proposed: dict[str, Any] = given if isinstance(given, dict) else {}
     if approval.approved_arguments is None:
         return dict(call)
-    approved = narrowed_arguments(call["name"], proposed, approval.approved_arguments)
+    approved = narrowed_arguments(
+        call["name"], proposed, approval.approved_arguments, approval.currency
+    )
     if args_hash(call["name"], approved) != approval.approved_hash:
         raise NarrowingRefused(
             f"approval {approval.id}'s approved arguments do not match their recorded hash."

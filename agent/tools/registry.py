@@ -76,7 +76,8 @@ class ToolDef:
     risk: Risk
     input_schema: Mapping[str, Any]
     handler: Handler
-    preview: Callable[[dict[str, Any]], str] | None = None
+    # What the approver reads, from the arguments and the order's currency alone.
+    preview: Callable[[dict[str, Any], str], str] | None = None
     # Bounds that strict-mode schemas cannot express (minimum, maxItems, lengths).
     check: Callable[[dict[str, Any]], None] | None = None
     # Irreversible tools: the argument fields that say *which* effect a call is (which order,

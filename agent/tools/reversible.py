@@ -106,7 +106,9 @@ TOOLS: list[ToolDef] = [
         risk=Risk.REVERSIBLE,
         input_schema=object_schema(reference=STRING, tags={"type": "array", "items": STRING}),
         handler=tag_ticket,
-        preview=lambda a: f"Tag {a.get('reference')} with {', '.join(map(str, a.get('tags', [])))}",
+        preview=lambda a, _currency: (
+            f"Tag {a.get('reference')} with {', '.join(map(str, a.get('tags', [])))}"
+        ),
         check=_check_tags,
     ),
     ToolDef(
@@ -117,7 +119,7 @@ TOOLS: list[ToolDef] = [
             reference=STRING, priority={"type": "string", "enum": list(Priority.values)}
         ),
         handler=set_priority,
-        preview=lambda a: f"Set {a.get('reference')} priority to {a.get('priority')}",
+        preview=lambda a, _currency: f"Set {a.get('reference')} priority to {a.get('priority')}",
     ),
     ToolDef(
         name="set_ticket_status",
@@ -130,7 +132,7 @@ TOOLS: list[ToolDef] = [
             reference=STRING, status={"type": "string", "enum": list(TicketStatus.values)}
         ),
         handler=set_ticket_status,
-        preview=lambda a: f"Set {a.get('reference')} status to {a.get('status')}",
+        preview=lambda a, _currency: f"Set {a.get('reference')} status to {a.get('status')}",
     ),
     ToolDef(
         name="assign_ticket",
@@ -138,7 +140,7 @@ TOOLS: list[ToolDef] = [
         risk=Risk.REVERSIBLE,
         input_schema=object_schema(reference=STRING, assignee_email=STRING),
         handler=assign_ticket,
-        preview=lambda a: f"Assign {a.get('reference')} to {a.get('assignee_email')}",
+        preview=lambda a, _currency: f"Assign {a.get('reference')} to {a.get('assignee_email')}",
         check=check_args("assign_ticket", text={"assignee_email": (3, 254)}),
         unmasked=("assignee",),  # a staff member's work address, which the call named
     ),
@@ -151,7 +153,7 @@ TOOLS: list[ToolDef] = [
         risk=Risk.REVERSIBLE,
         input_schema=object_schema(reference=STRING, body=STRING),
         handler=add_internal_note,
-        preview=lambda a: f"Add an internal note to {a.get('reference')}",
+        preview=lambda a, _currency: f"Add an internal note to {a.get('reference')}",
         wording=("body",),  # a note's words; which ticket it goes on is the decision
         check=check_args("add_internal_note", text={"body": (1, 4000)}),
     ),

@@ -17,7 +17,7 @@ standard library's handlers ship it). Three promises, each pinned by
   email address, a model's reply, text in any other field — is replaced by
   ``"<dropped>"`` before rendering, whoever passed it.
 * **Events are named** ``run.started``, ``run.step``, ``approval.requested``,
-  ``approval.decided``, ``run.effect``, ``run.finished``, and ``worker.*`` /
+  ``approval.decided``, ``run.effect``, ``run.facts_changed``, ``run.finished``, and ``worker.*`` /
   ``takeover.*`` for the fleet.
 """
 

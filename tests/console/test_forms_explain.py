@@ -7,7 +7,7 @@ import pytest
 
 from agent.tools import args_hash
 from approvals.models import Approval, StaffNote
-from deskhand.domain.desk.money import AmountRefused, parse_amount
+from deskhand.domain.desk.money import AmountRefused, parse_amount, typed_units
 from deskhand.web.console import words
 from tests.console.conftest import NW_OWNER, client_for, make_approval, make_run
 
@@ -43,6 +43,25 @@ def test_money_is_read_as_people_type_it(typed, cents):
 def test_money_that_is_not_an_amount_is_refused_with_a_sentence(typed, why):
     with pytest.raises(AmountRefused, match=why):
         parse_amount(typed, "USD")
+
+
+@pytest.mark.parametrize(
+    ("typed", "currency", "minor"),
+    [("4000", "JPY", 4000), ("¥4,000", "JPY", 4000), ("3.8", "KWD", 3800), ("1.250", "KWD", 1250)],
+)
+def test_money_is_read_in_its_own_currencys_digits(typed, currency, minor):
+    assert parse_amount(typed, currency) == minor
+    assert parse_amount(typed_units(minor, currency), currency) == minor
+
+
+@pytest.mark.parametrize(
+    ("typed", "currency", "why"),
+    [("40.00", "JPY", "more decimals than JPY has \\(0\\): type it like 12"),
+     ("1.2505", "KWD", "more decimals than KWD has \\(3\\): type it like 12.500")],
+)  # fmt: skip
+def test_more_decimals_than_the_currency_has_are_refused(typed, currency, why):
+    with pytest.raises(AmountRefused, match=why):
+        parse_amount(typed, currency)
 
 
 def test_codes_read_as_words():

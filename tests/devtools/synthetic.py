@@ -47,6 +47,7 @@ from deskhand.domain.desk.models import (
     Ticket,
     TicketMessage,
 )
+from deskhand.domain.desk.money import format_cents
 
 RUNS_PER_TICKET = 10
 CUSTOMERS_PER_MERCHANT = 50
@@ -330,6 +331,7 @@ _APPROVAL_COLUMNS = [
     "args_hash",
     "preview",
     "prior_effects",
+    "facts",
     "requested_at",
     "expires_at",
     "status",
@@ -512,7 +514,7 @@ def _runs(
                     "amount_cents": rng.randrange(300, min(2_500, t.orders[oid][1])),
                     "reason": "synthetic: damaged in transit",
                 }
-                preview = f"Refund {args['amount_cents'] / 100:.2f} USD against order {ref} — {args['reason']}"
+                preview = f"Refund {format_cents(args['amount_cents'])} against order {ref} — {args['reason']}"
             else:
                 tool = "send_customer_email"
                 args = {
@@ -562,6 +564,7 @@ def _runs(
                     digest,
                     preview,
                     "[]",  # prior_effects: not computed for synthetic rows
+                    "{}",  # facts: nor the order's money as shown (it holds as before)
                     requested,
                     requested + dt.timedelta(seconds=t.merchant.approval_ttl_seconds),
                     decision,

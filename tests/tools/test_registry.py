@@ -180,14 +180,21 @@ def test_good_arguments_pass_validation_unchanged():
     assert REGISTRY["issue_refund"].validate(dict(args)) == args
 
 
-def test_previews_are_rendered_from_the_arguments_alone():
+def test_previews_are_rendered_from_the_arguments_and_the_orders_currency_alone():
     refund = REGISTRY["issue_refund"].preview
     email = REGISTRY["send_customer_email"].preview
     cancel = REGISTRY["cancel_order"].preview
     assert refund is not None and email is not None and cancel is not None
     assert (
-        refund({"order_reference": "NW-1042", "amount_cents": 3800, "reason": "Stale beans"})
+        refund({"order_reference": "NW-1042", "amount_cents": 3800, "reason": "Stale beans"}, "USD")
         == "Refund 38.00 USD against order NW-1042 — Stale beans"
+    )
+    # A yen has no minor unit and a Kuwaiti dinar three: the amount is never read as cents of a dollar.
+    assert refund({"order_reference": "X-1", "amount_cents": 4000, "reason": "r"}, "JPY") == (
+        "Refund 4000 JPY against order X-1 — r"
+    )
+    assert refund({"order_reference": "X-1", "amount_cents": 4000, "reason": "r"}, "KWD") == (
+        "Refund 4.000 KWD against order X-1 — r"
     )
     assert (
         email(
@@ -195,12 +202,13 @@ def test_previews_are_rendered_from_the_arguments_alone():
                 "reference": "NW-1",
                 "subject": "Your refund",
                 "body": "We refunded 38.00 USD.\nSorry!",
-            }
+            },
+            "USD",
         )
         == "Email the customer on NW-1 — subject: 'Your refund'\n\nWe refunded 38.00 USD.\nSorry!"
     )
     assert (
-        cancel({"order_reference": "LU-2311", "reason": "Duplicate charge"})
+        cancel({"order_reference": "LU-2311", "reason": "Duplicate charge"}, "USD")
         == "Cancel order LU-2311 — Duplicate charge"
     )
 

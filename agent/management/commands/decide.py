@@ -111,7 +111,7 @@ class Command(DeskhandCommand):
             )
         else:
             changed = (
-                f" with changes ({changes_text(approval.tool, approval.arguments, approval.executes)})"
+                f" with changes ({changes_text(approval.tool, approval.arguments, approval.executes, approval.currency)})"
                 if approval.changed
                 else ""
             )

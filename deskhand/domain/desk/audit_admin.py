@@ -17,7 +17,7 @@ from django.http import HttpRequest
 from django.urls import reverse
 from django.utils.html import format_html
 
-from deskhand.domain.desk.money import format_micros
+from deskhand.domain.desk.money import display_cents, format_micros
 from deskhand.infra.edge.admin_guard import ChangelistGuard
 
 
@@ -96,14 +96,9 @@ def admin_pk_link(model: type[Model] | str, pk: Any, label: str) -> str:
 
 
 def money(cents: int | None, currency: str = "USD") -> str:
-    """Integer cents as a person reads them: ``3800`` -> ``$38.00`` (``38.00 EUR`` elsewhere)."""
-    if cents is None:
-        return "—"
-    sign = "-" if cents < 0 else ""
-    whole, fraction = divmod(abs(int(cents)), 100)
-    if currency == "USD":
-        return f"{sign}${whole:,}.{fraction:02d}"
-    return f"{sign}{whole:,}.{fraction:02d} {currency}"
+    """Integer minor units as a person reads them, in their currency: ``3800`` -> ``$38.00``,
+    ``4000`` JPY -> ``¥4,000`` (``deskhand.domain.desk.money.display_cents``)."""
+    return "—" if cents is None else display_cents(int(cents), currency)
 
 
 def spend(micros: int | None) -> str:

@@ -57,6 +57,13 @@ def display_cents(cents: int, currency: str = "USD") -> str:
     return f"{sign}{symbol}{whole:,}{'.' + fraction if fraction else ''}{suffix}"
 
 
+def typed_units(minor: int, currency: str = "USD") -> str:
+    """An amount as a person types it back into a form: ``17900`` -> ``"179.00"``, ``4000``
+    JPY -> ``"4000"``, ``1250`` KWD -> ``"1.250"`` (what ``parse_amount`` reads)."""
+    sign, whole, fraction = _split(minor, currency)
+    return f"{sign}{whole}{'.' + fraction if fraction else ''}"
+
+
 def format_micros(micros: int) -> str:
     """Model spend, in micro-dollars: ``12_300`` -> ``"$0.0123"``, ``2_000_000`` -> ``"$2.00"``.
 
@@ -79,9 +86,10 @@ def parse_amount(text: str, currency: str = "USD") -> int:
     """What a person typed in the order's currency, as integer cents.
 
     People type money as they read it: ``"150"`` and ``"150.00"`` are both 150 of the
-    currency (15000 cents), ``"1.5"`` is 1.50, ``"$1,250.00"`` is 1250.00. More than two
-    decimals, a negative amount, or anything that is not a number is refused with a
-    sentence: never rounded, never guessed. Parsed as text, so no float touches it.
+    currency (15000 cents), ``"1.5"`` is 1.50, ``"$1,250.00"`` is 1250.00. More decimals
+    than the currency has (two for USD, none for JPY, three for KWD), a negative amount, or
+    anything that is not a number is refused with a sentence: never rounded, never guessed.
+    Parsed as text, so no float touches it.
     """
     raw = str(text).strip()
     shown = raw[:40]
@@ -102,11 +110,15 @@ def parse_amount(text: str, currency: str = "USD") -> int:
     )
     if not digits_ok or (not whole and not fraction) or len(whole) > 12:
         raise AmountRefused(f"{shown!r} is not an amount: type it like 12 or 12.50.")
-    if len(fraction) > 2:
+    digits = minor_digits(currency)
+    if len(fraction) > digits:
         raise AmountRefused(
             f"{shown!r} has more than two decimals: money is counted to the cent (like 12.50)."
+            if digits == 2
+            else f"{shown!r} has more decimals than {currency} has ({digits}): type it like "
+            f"{typed_units(12 * 10**digits + (5 * 10 ** (digits - 1) if digits else 0), currency)}."
         )
-    return int(whole or "0") * 100 + int(fraction.ljust(2, "0") or "0")
+    return int(whole or "0") * 10**digits + int(fraction.ljust(digits, "0") or "0")
 
 
 class AmountMalformed(ValueError):

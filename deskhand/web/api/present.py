@@ -120,6 +120,7 @@ def approval(a: Approval, o: Order | None) -> dict[str, Any]:
         "reason": a.reason,
         "approved_arguments": a.approved_arguments,
         "order": order(o),
+        "asked_facts": a.facts or None,
     }
 
 

@@ -218,6 +218,17 @@ class OrderFacts(Schema):
     placed_at: dt.datetime
 
 
+class AskedFacts(Schema):
+    """The order's money as the request showed it: the approval holds for these facts, and a
+    refund is not paid (the run asks again) if the refunded total moved before it."""
+
+    order_reference: str
+    currency: str
+    total_cents: int
+    refunded_cents: int
+    remaining_cents: int
+
+
 class ApprovalOut(Schema):
     id: uuid.UUID
     run_id: uuid.UUID
@@ -234,6 +245,7 @@ class ApprovalOut(Schema):
     reason: str
     approved_arguments: Any
     order: OrderFacts | None
+    asked_facts: AskedFacts | None = None
 
 
 class ApprovalPage(Schema):

@@ -24,10 +24,11 @@ from agent.models.payloads import StepKind
 from agent.models.privacy import Redaction, RedactionReason
 from agent.providers.scripted import MARK
 from agent.tools import REGISTRY
+from agent.tools.order_facts import RefundFacts
 from approvals.models import Approval
 from deskhand.domain.desk import orders
 from deskhand.domain.desk.models import Order
-from deskhand.domain.desk.money import SYMBOLS, display_cents
+from deskhand.domain.desk.money import SYMBOLS, display_cents, minor_digits, typed_units
 from deskhand.web.console import story, words
 
 BAR_STEPS = 100  # static/console.css has a .w0 … .w100 class per percent (CSP forbids style="")
@@ -161,6 +162,8 @@ def step_view(
         ):
             if value not in (None, ""):
                 details[key] = value
+        if (seen := RefundFacts.from_json(p.facts)) is not None:
+            details["the order as shown"] = seen.line()
     elif isinstance(p, payloads.NotePayload):
         outside = "\n\n".join(f"{n.author or '?'}: {untrusted(n.body)}" for n in p.notes)
     elif isinstance(p, payloads.EndPayload):
@@ -385,12 +388,16 @@ class Changeable:
     @property
     def in_units(self) -> str:
         """The proposed amount as a person types it: ``17900`` -> ``"179.00"``."""
-        whole, fraction = divmod(int(self.value), 100)
-        return f"{whole}.{fraction:02d}"
+        return typed_units(int(self.value), self.currency)
 
     @property
     def symbol(self) -> str:
         return SYMBOLS.get(self.currency, "")
+
+    @property
+    def digits(self) -> int:
+        """The currency's minor digits, for the form's live preview (``money.minor_digits``)."""
+        return minor_digits(self.currency)
 
 
 # Arguments that are the model's own account, not anything read from the database.
@@ -514,6 +521,26 @@ class ApprovalView:
             else None
         )
         return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+    @property
+    def facts(self) -> RefundFacts | None:
+        """The order's money as this request showed it (what an approval holds for)."""
+        return RefundFacts.from_json(self.approval.facts)
+
+    @property
+    def facts_moved(self) -> str:
+        """How the order's refunded total moved since this was asked ("" if it did not): an
+        approval now pays nothing and the run asks again."""
+        seen = self.facts
+        if seen is None or self.order is None:
+            return ""
+        now = self.order.refunded_cents + self.order.in_flight_cents
+        if now == seen.refunded_cents:
+            return ""
+        return (
+            f"{cents(now, seen.currency)} refunded now: approving pays nothing, and the agent "
+            "asks again with the new total"
+        )
 
     @property
     def exceeds_remaining(self) -> bool:

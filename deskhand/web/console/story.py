@@ -26,6 +26,7 @@ from agent.customer.wait import ANSWER_PREFIX
 from agent.models import Step, payloads
 from agent.models.payloads import StepKind
 from agent.replay import compat
+from agent.tools.order_facts import FACTS_CHANGED, moved_note
 from deskhand.domain.desk.money import display_cents as cents
 from deskhand.web.console import words
 
@@ -177,6 +178,11 @@ def _tool(step: Step, p: payloads.ToolPayload, currency: str) -> str:
             f"Sent “{intent(name, args, currency)}” to the {p.adapter or 'other'} system, which has "
             "not confirmed it yet: in flight, it may or may not have happened"
         )
+    if not step.ok and (moved := _json(p.text)).get(FACTS_CHANGED) is True:
+        try:
+            return moved_note(moved)  # why nothing was paid, in the ticket note's own words
+        except (KeyError, TypeError, ValueError):
+            pass  # a record that does not read (redacted, say): the plain failure below
     if not step.ok:
         reason = fence.unwrap(p.text).strip() or "no reason given"
         if name == REPLY_TOOL and reason.startswith(NOTHING_SENT):

@@ -7,7 +7,7 @@ from typing import Any
 
 from django import template
 
-from deskhand.domain.desk.money import display_cents
+from deskhand.domain.desk.money import display_cents, typed_units
 from deskhand.web.console import words
 
 register = template.Library()
@@ -63,5 +63,4 @@ def in_units(amount: int | None) -> str:
     """Integer cents as a person types them in a form (``1500`` -> ``15.00``); blank if none."""
     if isinstance(amount, bool) or not isinstance(amount, int):
         return ""
-    whole, fraction = divmod(amount, 100)
-    return f"{whole}.{fraction:02d}"
+    return typed_units(amount)
