@@ -130,6 +130,7 @@ def test_the_step_outputs_are_the_pinned_types():
             "reused",
             "mismatch",
             "prior_effects",
+            "facts",
             "waited_seconds",
             "decided_by",
             "decided_at",
