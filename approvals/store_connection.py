@@ -89,7 +89,9 @@ def _ask(call: Any) -> Any:
     except shopify.ShopifyRefused as exc:
         raise StoreRefused(f"Shopify refused to create a webhook subscription: {exc}") from None
     except shopify.ShopifyError as exc:
-        raise StoreRefused(f"Shopify did not answer as expected: {exc} Nothing was saved.") from None
+        raise StoreRefused(
+            f"Shopify did not answer as expected: {exc} Nothing was saved."
+        ) from None
 
 
 def connect_store(
@@ -108,9 +110,7 @@ def connect_store(
     if not token and existing is None:
         raise StoreRefused("Paste the store's Admin API access token.", "access_token")
     if not token and existing is not None and existing.shop_domain != domain:
-        raise StoreRefused(
-            "Another store needs its own access token: paste it.", "access_token"
-        )
+        raise StoreRefused("Another store needs its own access token: paste it.", "access_token")
     # A connection not saved yet, to build the client from (the token sealed as it will be).
     trial = ShopifyConnection(merchant=merchant, shop_domain=domain)
     if token:
@@ -123,7 +123,9 @@ def connect_store(
         missing = _missing(_ask(client.webhook_subscriptions), address)
         for topic in missing:
             _ask(lambda topic=topic: client.webhook_subscribe(topic, address))
-    replaced = [name for name, value in (("access token", token), ("client secret", secret)) if value]
+    replaced = [
+        name for name, value in (("access token", token), ("client secret", secret)) if value
+    ]
     with transaction.atomic():
         Merchant.locked(merchant.pk)  # one connect or disconnect at a time per merchant
         connection = ShopifyConnection.objects.filter(merchant=merchant).first() or trial

@@ -17,9 +17,11 @@ from deskhand.infra.fleet.lease import Lease
 from tests.console.conftest import NW_OWNER, user
 from tests.support.shopify_double import ShopifyDouble
 
+pytestmark = pytest.mark.usefixtures("live_worker")  # the rest of the report healthy
+
 
 @pytest.fixture
-def live_worker(tseeded):
+def live_worker(transactional_db):
     """A registered worker holding its lease, so the rest of the report is healthy."""
     lease = Lease("pytest-store-health", dj.DESKHAND_APP_VERSION, grace=3, heartbeat=0.5)
     lease.acquire(wait=5)
@@ -29,7 +31,7 @@ def live_worker(tseeded):
 
 
 @pytest.fixture
-def connected(live_worker, settings):
+def connected(tseeded, settings):
     shop = ShopifyDouble(shop_domain="northwind-health.myshopify.com").start()
     settings.DESKHAND_SHOPIFY_BASE_URL = shop.url
     settings.DESKHAND_CONSOLE_URL = "http://127.0.0.1:8000"
