@@ -78,6 +78,7 @@ def test_an_owner_connects_the_store_its_subscriptions_are_made_and_the_secrets_
     shown = client_for(NW_VIEWER).get(URL).content.decode()
     assert "northwind-test.myshopify.com" in shown and ">set<" in shown
     assert "customers/redact" in shown and "not subscriptions" in shown
+    assert NW_OWNER in shown and "replaced: access token, client secret" in shown  # who, what
     event = AuditEvent.objects.get(action="store.shopify_connected")
     assert event.actor_name == NW_OWNER and event.channel == "web"
     assert event.detail["shop_domain"] == shop.shop_domain

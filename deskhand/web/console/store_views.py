@@ -13,6 +13,7 @@ from django.http import HttpResponse
 from django.shortcuts import render
 from django.views.decorators.http import require_http_methods, require_POST
 
+from approvals.models import AuditEvent
 from approvals.store_connection import (
     TOPICS,
     StoreRefused,
@@ -24,6 +25,8 @@ from deskhand.domain.desk.permissions import require_owner
 from deskhand.domain.store.models import ShopifyConnection
 from deskhand.web.console.decorators import ConsoleRequest, merchant_member, sentence_of
 from deskhand.web.console.forms import ShopifyConnectForm
+
+HISTORY = 20
 
 
 def _page(
@@ -45,6 +48,9 @@ def _page(
             "is_owner": request.membership.is_owner,
             "address": shopify_webhook_address(merchant),
             "topics": TOPICS,
+            "history": AuditEvent.objects.filter(
+                merchant_id=merchant.pk, action__startswith="store.shopify_"
+            ).order_by("-pk")[:HISTORY],
             **extra,
         },
         status=status,
