@@ -15,8 +15,9 @@ the webhooks). Connecting, in this order, so that a refusal leaves nothing behin
 3. **The connection and one audit event are saved in one transaction** (who, when, the shop,
    which secrets were replaced and which subscriptions were made — never a secret).
 
-The secrets are write-only: a blank field when a store is already connected keeps the secret
-that is set; nothing reads one back but the code that calls Shopify or checks a signature.
+The first connection needs both secrets (without the client secret no webhook could be
+verified). They are write-only: a blank field when a store is already connected keeps the
+secret that is set; nothing reads one back but the code that calls Shopify or checks a signature.
 ``customers/redact`` (and the other privacy topics) are not subscriptions: Shopify sends them
 to the addresses set in the app's configuration, which the page says.
 
@@ -111,6 +112,12 @@ def connect_store(
         raise StoreRefused("Paste the store's Admin API access token.", "access_token")
     if not token and existing is not None and existing.shop_domain != domain:
         raise StoreRefused("Another store needs its own access token: paste it.", "access_token")
+    if not secret and (existing is None or not existing.webhook_secret_sealed):
+        raise StoreRefused(
+            "Paste the app's API secret key: without it no webhook from the store can be"
+            " verified.",
+            "webhook_secret",
+        )
     # A connection not saved yet, to build the client from (the token sealed as it will be).
     trial = ShopifyConnection(merchant=merchant, shop_domain=domain)
     if token:
@@ -130,6 +137,7 @@ def connect_store(
         Merchant.locked(merchant.pk)  # one connect or disconnect at a time per merchant
         connection = ShopifyConnection.objects.filter(merchant=merchant).first() or trial
         connection.shop_domain = domain
+        connection.api_version = trial.api_version  # the version the check just used
         connection.access_token_sealed = trial.access_token_sealed
         if secret:
             connection.webhook_secret_sealed = sealed.seal(secret)
@@ -219,12 +227,15 @@ def store_health(connection: ShopifyConnection) -> StoreHealth:
     except (shopify.ShopifyError, sealed.SealBroken) as exc:
         return StoreHealth(**base, token_works=False, missing=[], problem=f"not checked: {exc}")
     missing = _missing(subscriptions, address)
-    problem = (
-        f"webhook subscriptions missing at {address}: {', '.join(missing)} — an owner"
-        " connects the store again (the token may stay) to create them"
-        if missing
-        else ""
-    )
+    problems = []
+    if missing:
+        problems.append(
+            f"webhook subscriptions missing at {address}: {', '.join(missing)} — an owner"
+            " connects the store again (the token may stay) to create them"
+        )
+    if not connection.webhook_secret_sealed:
+        problems.append("no API secret key is set, so no webhook can be verified")
+    problem = "; ".join(problems)
     return StoreHealth(**base, token_works=True, missing=missing, problem=problem)
 
 

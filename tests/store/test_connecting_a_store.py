@@ -102,6 +102,7 @@ def test_a_token_shopify_refuses_is_a_sentence_and_nothing_is_saved(seeded, shop
     [
         ({"shop_domain": "northwind.example.com"}, "is not a store&#x27;s address"),
         ({"access_token": ""}, "Paste the store&#x27;s Admin API access token."),
+        ({"webhook_secret": ""}, "Paste the app&#x27;s API secret key"),
     ],
 )
 def test_a_form_that_fails_says_why_and_asks_shopify_nothing(seeded, shop, changes, said):

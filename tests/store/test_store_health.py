@@ -87,6 +87,15 @@ def test_a_token_shopify_no_longer_accepts_is_said_and_the_exit_is_not_zero(conn
     assert connected.access_token not in text
 
 
+def test_a_store_without_its_api_secret_key_is_named_its_webhooks_unverifiable(connected):
+    from deskhand.domain.store.models import ShopifyConnection
+
+    ShopifyConnection.objects.update(webhook_secret_sealed="")  # connected by an older page
+    code, text = health()
+    assert code == 1, text
+    assert "token works; no API secret key is set, so no webhook can be verified" in text
+
+
 def test_healthz_never_asks_shopify(connected, client):
     before = len(connected.requests)
     assert client.get("/healthz").status_code == 200
