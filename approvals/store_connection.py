@@ -114,8 +114,7 @@ def connect_store(
         raise StoreRefused("Another store needs its own access token: paste it.", "access_token")
     if not secret and (existing is None or not existing.webhook_secret_sealed):
         raise StoreRefused(
-            "Paste the app's API secret key: without it no webhook from the store can be"
-            " verified.",
+            "Paste the app's API secret key: without it no webhook from the store can be verified.",
             "webhook_secret",
         )
     # A connection not saved yet, to build the client from (the token sealed as it will be).
