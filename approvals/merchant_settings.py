@@ -12,7 +12,8 @@ A change is one transaction with one audit event naming each field with its valu
 and after (``merchant.settings_changed`` by the owner, ``merchant.limits_changed`` by the
 operator). Runs already going keep the bounds they started with (a run snapshots its bounds
 at its start, ``agent.run.bounds``); new runs use the new values. That holds for the order
-source too: a run reads orders from the source it started with (``Run.order_source``), so
+source too (choosing Shopify needs a connected store, ``approvals.store_connection``;
+``StoreRefused`` says so): a run reads orders from the source it started with (``Run.order_source``), so
 its open approvals stay about the facts it read, and nothing is withdrawn.
 """
 
@@ -25,6 +26,7 @@ from django.db import transaction
 
 from approvals.audit import audit_record
 from approvals.models import Channel
+from approvals.store_connection import StoreRefused, shopify_source_refused
 from deskhand.domain.desk.models import Merchant
 from deskhand.domain.desk.permissions import require_owner
 
@@ -76,6 +78,12 @@ def settings_change(
     """Apply an owner's validated settings; what changed, as ``{field: [before, after]}``."""
     require_owner(by, merchant.pk, "change the merchant's settings")
     with transaction.atomic():
+        current = Merchant.locked(merchant.pk)  # a disconnect waits for this, and we for it
+        source = values.get("order_source")
+        if source and source != current.order_source:
+            refused = shopify_source_refused(current, source)
+            if refused:
+                raise StoreRefused(refused, "order_source")
         _, changed = _apply(merchant, values, OWNER_FIELDS)
         if changed:
             audit_record(

@@ -20,6 +20,13 @@ seeded order, switches Northwind's refunds to the payments adapter and points th
 worker at the double (``DESKHAND_PAYMENTS_URL`` and a test key): an approved refund
 is then made at the double under its ledger key, and the worker's reconciliation
 compares the two every five minutes (the merchant page shows its findings).
+
+``make demo SHOP=double`` (``--shop double``) starts the Shopify double
+(``tests/support/shopify_double.py``) in this process, gives it Northwind's seeded orders
+(``mirror_seeded_orders``), connects Northwind to it as its owner would on the "Shopify store"
+page (the token checked, the webhook subscriptions created) and sets Northwind's order source
+to Shopify; the worker and the web console find the double through
+``DESKHAND_SHOPIFY_BASE_URL``.
 """
 
 from __future__ import annotations
@@ -31,6 +38,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 PY = sys.executable
@@ -82,10 +90,53 @@ def start_payments_double() -> str:
     return f"Northwind refunds at the payments double {api.url} ({charged} charges)"
 
 
+def shop_double_setup(shop: Any, merchant_slug: str = "northwind") -> str:
+    """Give a started Shopify double the merchant's seeded orders, connect the merchant to it
+    (as its owner, through ``connect_store``) and read its orders from Shopify; the banner line.
+
+    The double's address reaches this process through the settings and the worker and the web
+    console through their environment."""
+    from django.conf import settings
+
+    from approvals.merchant_settings import settings_change
+    from approvals.store_connection import connect_store
+    from deskhand.domain.desk.models import Membership, Merchant, Role
+    from tests.support.shopify_double import mirror_seeded_orders
+
+    os.environ.update(shop.env())
+    settings.DESKHAND_SHOPIFY_BASE_URL = shop.url
+    merchant = Merchant.objects.get(slug=merchant_slug)
+    owner = Membership.objects.filter(merchant=merchant, role=Role.OWNER).order_by("pk")[0].user
+    mirrored = mirror_seeded_orders(shop, merchant_slug)
+    connect_store(
+        merchant=merchant,
+        shop_domain=shop.shop_domain,
+        access_token=shop.access_token,
+        webhook_secret=shop.client_secret,
+        by=owner,
+    )
+    settings_change(merchant=merchant, values={"order_source": "shopify"}, by=owner)
+    return (
+        f"{merchant.name}'s orders at the Shopify double {shop.url} ({shop.shop_domain},"
+        f" {mirrored} orders, {len(shop.subscriptions)} webhook subscriptions)"
+    )
+
+
+def start_shop_double() -> str:
+    """The Shopify double with Northwind's orders; Northwind connected to it."""
+    import django
+
+    django.setup()
+    from tests.support.shopify_double import ShopifyDouble
+
+    return shop_double_setup(ShopifyDouble(shop_domain="northwind-demo.myshopify.com").start())
+
+
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--provider", choices=["default", "double"], default="default")
     parser.add_argument("--payments", choices=["database", "double"], default="database")
+    parser.add_argument("--shop", choices=["none", "double"], default="none")
     parsed = parser.parse_args()
     provider = parsed.provider
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "deskhand.settings")
@@ -109,6 +160,7 @@ def main() -> int:
         manage("migrate", "--noinput", "-v", "0")
         manage("seed")
         payments = start_payments_double() if parsed.payments == "double" else ""
+        shop = start_shop_double() if parsed.shop == "double" else ""
         procs.append(
             serve(
                 "manage.py",
@@ -149,6 +201,7 @@ def main() -> int:
             f"  Model                 {model}\n"
             f"  CLI                   {cli}\n"
             + (f"  Payments              {payments}\n" if payments else "")
+            + (f"  Shopify               {shop}\n" if shop else "")
             + f"  Mail in               SMTP on 127.0.0.1:{MAIL_PORT} for support@northwind.test and help@lumen.test;\n"
             "                        send one (README: a reply with In-Reply-To joins the same ticket):\n"
             f"    {mail_one_liner(MAIL_PORT)}\n" + "  Stop                  Ctrl-C\n",

@@ -19,6 +19,11 @@
   grace period (``agent.customer.intake``), the oldest one's age, how many the sweep re-drove
   in the last day (each a hand-on a crash lost), and how many are stuck (their workflows
   ended through every re-drive without doing it: a person must look);
+* **Shopify stores** (``manage.py health`` only: it asks Shopify, a load balancer's probe must
+  not) — per merchant connected to Shopify, whether its access token still works and whether
+  each webhook subscription the product needs still exists at its address
+  (``approvals.store_connection.store_health``; Shopify deletes one after repeated failed
+  deliveries);
 * **workflows** — what was done to runs' workflows with DBOS's own tools and what became
   of it (a fork adopted as a run or refused, a resumed workflow of a closed run stopped
   again, an open run whose workflow ended), open findings with their sentences and the
@@ -41,6 +46,7 @@ from agent.effects.selectors import findings_summary
 from agent.models import Run, RunStatus
 from agent.run.workflow_findings import workflow_findings_summary
 from approvals.models import Approval, ApprovalStatus
+from approvals.store_connection import stores_health
 from deskhand.infra.fleet.lease import lock_key
 from deskhand.infra.fleet.models import Worker
 
@@ -76,6 +82,7 @@ class Report:
     effects: dict[str, Any] = field(default_factory=dict)
     workflows: dict[str, Any] = field(default_factory=dict)
     intake: dict[str, Any] = field(default_factory=dict)
+    stores: list[dict[str, Any]] = field(default_factory=list)  # when asked: Shopify's answers
 
     @property
     def alive(self) -> list[WorkerHealth]:
@@ -94,6 +101,7 @@ class Report:
             and not self.effects.get("open")
             and not self.workflows.get("open")
             and not self.intake.get("stuck")
+            and all(s["ok"] for s in self.stores)
         )
 
     def as_dict(self) -> dict[str, Any]:
@@ -213,8 +221,10 @@ def _stuck(now: dt.datetime, after: dt.timedelta) -> list[dict[str, Any]]:
     return out
 
 
-def health_report(stuck_after: dt.timedelta = STUCK_AFTER) -> Report:
-    """Everything ``manage.py health`` prints; a database that is down is a report, not an error."""
+def health_report(stuck_after: dt.timedelta = STUCK_AFTER, *, stores: bool = False) -> Report:
+    """Everything ``manage.py health`` prints; a database that is down is a report, not an error.
+
+    ``stores``: also ask each connected Shopify store (network calls, so not for ``healthz``)."""
     from django.conf import settings
 
     t0 = time.perf_counter()
@@ -238,6 +248,8 @@ def health_report(stuck_after: dt.timedelta = STUCK_AFTER) -> Report:
     report.effects = findings_summary()
     report.workflows = workflow_findings_summary()
     report.intake = intake_summary(now)
+    if stores:
+        report.stores = [{**asdict(h), "ok": h.ok} for h in stores_health()]
     return report
 
 

@@ -101,6 +101,16 @@ def test_an_owner_chooses_where_orders_are_read_and_the_page_says_what_that_does
     assert r.status_code == 403 and _northwind().order_source == "pushed"
 
 
+def test_shopify_without_a_connected_store_is_refused_with_a_sentence_and_nothing_saved(seeded):
+    before = Merchant.objects.filter(slug="northwind").values().get()
+    r = client_for(NW_OWNER).post(URL, _form(order_source="shopify", approval_ttl_hours=48))
+    page = r.content.decode()
+    assert r.status_code == 400 and "Connect the Shopify store first" in page
+    assert "Nothing was saved" in page
+    assert Merchant.objects.filter(slug="northwind").values().get() == before  # the TTL too
+    assert not AuditEvent.objects.filter(action="merchant.settings_changed").exists()
+
+
 def test_agents_and_viewers_read_the_settings_and_change_none(seeded):
     before = Merchant.objects.filter(slug="northwind").values().get()
     for email in (NW_AGENT, NW_VIEWER):

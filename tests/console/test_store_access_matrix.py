@@ -10,7 +10,7 @@ named by the merchant whose rows it changes (``nw``, ``lu``) and ``people`` (acc
 everything else must read the same before and after, audit events and outbox included.
 
 The rules the table spells out (the views' docstrings): every member reads a merchant's
-pages, only an owner changes settings, team, addresses and API keys (which only an owner
+pages, only an owner changes settings, the Shopify store, team, addresses and API keys (which only an owner
 reads); owners and agents write knowledge; a viewer's or agent's refused post is a 403, not
 a hidden button. Lumen's owner reaching a Northwind object gets a 404 (the isolation rule of
 tests/console/test_isolation.py); a collection page answers with Lumen's own rows, and a
@@ -34,13 +34,14 @@ from django.contrib.auth import get_user_model
 from django.core.management import call_command
 from django.db import connection, transaction
 from django.middleware.csrf import CSRF_ALLOWED_CHARS
-from django.test import Client
+from django.test import Client, override_settings
 from django.urls import URLPattern, URLResolver, get_resolver
 from django.utils import timezone
 from django.utils.crypto import get_random_string
 
 from approvals.models import AuditEvent
 from approvals.notification_models import Notification
+from approvals.store_connection import connect_store
 from approvals.team import invitation_issue
 from deskhand.domain.apikeys.models import ApiKey
 from deskhand.domain.apikeys.services import key_create
@@ -54,9 +55,11 @@ from deskhand.domain.desk.models import (
     Role,
     SupportAddress,
 )
+from deskhand.domain.store.models import ShopifyConnection
 from deskhand.web.console.decorators import SESSION_MERCHANT
 from deskhand.web.console.forms import MerchantSettingsForm
 from tests.console.conftest import LU_OWNER, NW_AGENT, NW_OWNER, NW_VIEWER, user
+from tests.support.shopify_double import ShopifyDouble
 
 # The URLs of a merchant's own set-up: every route under these is a row of TABLE.
 PREFIXES = ("merchant/", "knowledge/", "invitations/")
@@ -79,6 +82,7 @@ class World:
     key_prefix: str
     article: str  # a published article's slug
     settings: dict[str, Any]  # Northwind's settings form, one value changed
+    shop: dict[str, str]  # the connect form for the Shopify double Northwind is connected to
 
 
 @dataclasses.dataclass(frozen=True)
@@ -137,6 +141,19 @@ TABLE: dict[str, Row] = {
         EVERY_MEMBER_READS,
         answers(200, 403, 403, 200, writes={"owner": NW, "other": LU}),
         lambda w: w.settings,
+    ),
+    # Northwind is connected to the Shopify double: its owner reconnects (a new token) and
+    # disconnects; Lumen's owner connects Lumen, and has nothing to disconnect.
+    "merchant/shopify/": Row(
+        lambda w: "/merchant/shopify/",
+        EVERY_MEMBER_READS,
+        answers(200, 403, 403, 200, writes={"owner": NW, "other": LU}),
+        lambda w: w.shop,
+    ),
+    "merchant/shopify/disconnect": Row(
+        lambda w: "/merchant/shopify/disconnect",
+        None,
+        answers(200, 403, 403, 409, writes={"owner": NW}),
     ),
     "merchant/addresses/": Row(
         lambda w: "/merchant/addresses/",
@@ -226,10 +243,16 @@ def test_every_store_url_of_the_url_conf_is_in_the_table():
 # --- the world, made once --------------------------------------------------------------------
 
 
-def _build() -> World:
+def _build(shop: ShopifyDouble) -> World:
     call_command("seed", "--reset", verbosity=0)
     northwind = Merchant.objects.get(slug="northwind")
     owner = user(NW_OWNER)
+    connect_form = {
+        "shop_domain": shop.shop_domain,
+        "access_token": shop.access_token,
+        "webhook_secret": shop.client_secret,
+    }
+    connect_store(merchant=northwind, **connect_form, by=owner)
     address = SupportAddress.objects.create(
         merchant=northwind, address="orders@northwind.test", verified_at=timezone.now()
     )
@@ -257,22 +280,32 @@ def _build() -> World:
         key_prefix=key.prefix,
         article=article.slug,
         settings=values,
+        shop=connect_form,
     )
 
 
 @pytest.fixture(scope="module")
 def world(django_db_setup, django_db_blocker) -> Iterator[World]:
-    """Seeded once; every cell's savepoint rolls back to it, and the module's end drops it."""
+    """Seeded once; every cell's savepoint rolls back to it, and the module's end drops it.
+    The Shopify double runs for the whole module (its subscriptions are not rolled back:
+    connecting again finds them and makes none twice)."""
+    shop = ShopifyDouble(shop_domain="matrix-shop.myshopify.com").start()
+    pointed = override_settings(
+        DESKHAND_SHOPIFY_BASE_URL=shop.url, DESKHAND_CONSOLE_URL="http://127.0.0.1:8000"
+    )
+    pointed.enable()
     with django_db_blocker.unblock():
         outer = transaction.atomic()
         outer.__enter__()
-        made = _build()
+        made = _build(shop)
     try:
         yield made
     finally:
         with django_db_blocker.unblock():
             transaction.set_rollback(True)
             outer.__exit__(None, None, None)
+        pointed.disable()
+        shop.stop()
 
 
 # --- what a cell may change ------------------------------------------------------------------
@@ -304,6 +337,7 @@ def _merchant_part() -> dict[str, str]:
             f"t.article_id IN (SELECT id FROM {articles} WHERE merchant_id = %(m)s)",
         ),
         "keys": _digest(ApiKey, "t.merchant_id = %(m)s"),
+        "shopify": _digest(ShopifyConnection, "t.merchant_id = %(m)s"),
         "audit": _digest(AuditEvent, "t.merchant_id = %(m)s"),
         "outbox": _digest(Notification, "t.merchant_id = %(m)s"),
     }

@@ -358,6 +358,10 @@ TABLE: dict[str, dict[str, str]] = {
     "/merchant/team/members/0/role": {"POST": "L 403 403 404 404 403"},
     "/merchant/team/members/0/remove": {"POST": "L 403 403 404 404 403"},
     "/merchant/switch": {"POST": "L 404 404 404 404 404"},
+    # The Shopify store page: an empty connect form is 400; nothing is connected here, so a
+    # disconnect is 409 "nothing to disconnect" to an owner.
+    "/merchant/shopify/": {"GET": PAGE, "HEAD": PAGE, "POST": "L 403 403 400 400 403"},
+    "/merchant/shopify/disconnect": {"POST": "L 403 403 409 409 403"},
     "/merchant/addresses/": {"GET": PAGE, "HEAD": PAGE, "POST": "L 403 403 400 400 403"},
     "/merchant/addresses/0/check": {"POST": "L 403 403 404 404 403"},
     "/merchant/addresses/0/primary": {"POST": "L 403 403 404 404 403"},

@@ -2,7 +2,8 @@
 
 Exit 0 when healthy; 1 when the database answers but something needs a person (no
 live worker, stuck runs, runs waiting on a version no worker serves, open effect or
-workflow findings); 2 when the
+workflow findings, a Shopify store whose token is refused or whose webhook subscriptions are
+gone); 2 when the
 database does not answer. With ``--json`` the report is one JSON object on stdout.
 """
 
@@ -36,7 +37,7 @@ class Command(DeskhandCommand):
             from deskhand.domain.cli import UsageError
 
             raise UsageError("--stuck-after must be a positive number of minutes.")
-        report = health_report(dt.timedelta(minutes=opts["stuck_after"]))
+        report = health_report(dt.timedelta(minutes=opts["stuck_after"]), stores=True)
         if opts["json"]:
             self.stdout.write(json.dumps(report.as_dict(), default=str))
         else:
@@ -106,3 +107,12 @@ class Command(DeskhandCommand):
             for f in wf["recent"]:
                 if f["resolved_at"]:
                     w(f"  recent, settled: {f['kind']}: {f['detail']}")
+        if r.stores:
+            w(f"Shopify stores: {sum(s['ok'] for s in r.stores)} well of {len(r.stores)} connected")
+        for s in r.stores:
+            said = (
+                "token works, every webhook subscription exists"
+                if s["ok"]
+                else ("token works; " if s["token_works"] else "") + s["problem"]
+            )
+            w(f"  {s['merchant']} ({s['shop_domain']}): {said}")

@@ -329,3 +329,28 @@ class MerchantSettingsForm(forms.Form):
             "ticket_prefix": d["ticket_prefix"],
             **({"order_source": d["order_source"]} if d.get("order_source") else {}),
         }
+
+
+class ShopifyConnectForm(forms.Form):
+    """Connecting the store (``approvals.store_connection.connect_store``). The secrets are
+    password fields that never render a value: a page never sends one back."""
+
+    shop_domain = forms.CharField(
+        max_length=100,
+        help_text="The store's permanent address, like your-store.myshopify.com (not a custom"
+        " domain).",
+    )
+    access_token = forms.CharField(
+        max_length=200,
+        required=False,
+        widget=forms.PasswordInput(render_value=False, attrs={"autocomplete": "off"}),
+        help_text="The custom app's Admin API access token (shpat_…). Write-only: shown as"
+        " 'set', never read back. Leave it empty to keep the one that is set.",
+    )
+    webhook_secret = forms.CharField(
+        max_length=200,
+        required=False,
+        widget=forms.PasswordInput(render_value=False, attrs={"autocomplete": "off"}),
+        help_text="The app's API secret key (its client secret): Shopify signs each webhook"
+        " with it. Write-only; leave it empty to keep the one that is set.",
+    )

@@ -15,8 +15,10 @@ from django.views.decorators.http import require_http_methods
 
 from approvals.merchant_settings import settings_change
 from approvals.models import AuditEvent
+from approvals.store_connection import StoreRefused
 from deskhand.domain.desk.models import Merchant
 from deskhand.domain.desk.permissions import require_owner
+from deskhand.domain.store.models import ShopifyConnection
 from deskhand.web.console import present
 from deskhand.web.console.decorators import ConsoleRequest, merchant_member
 from deskhand.web.console.forms import MerchantSettingsForm
@@ -41,6 +43,7 @@ def _page(
             "is_owner": request.membership.is_owner,
             "spend_cap": present.dollars(merchant.daily_spend_cap_micros),
             "history": history,
+            "shopify": ShopifyConnection.objects.filter(merchant=merchant).first(),
             **extra,
         },
         status=status,
@@ -58,6 +61,10 @@ def merchant_settings(request: ConsoleRequest) -> HttpResponse:
     form = MerchantSettingsForm(request.POST)
     if not form.is_valid():
         return _page(request, form, 400)
-    changed = settings_change(merchant=merchant, values=form.values(), by=request.user)
+    try:
+        changed = settings_change(merchant=merchant, values=form.values(), by=request.user)
+    except StoreRefused as exc:  # Shopify chosen with no store connected: nothing saved
+        form.add_error(exc.field, str(exc))
+        return _page(request, form, 400)
     fresh = Merchant.objects.get(pk=merchant.pk)
     return _page(request, MerchantSettingsForm.for_merchant(fresh), changed=changed, saved=True)

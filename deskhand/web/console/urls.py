@@ -13,6 +13,7 @@ from deskhand.web.console import (
     search_views,
     settings_views,
     sse,
+    store_views,
     team_views,
     views,
 )
@@ -53,6 +54,8 @@ urlpatterns = [
     path("merchant/keys/", keys_views.keys, name="keys"),
     path("merchant/keys/<str:prefix>/revoke", keys_views.key_revoke_view, name="key_revoke"),
     path("merchant/settings/", settings_views.merchant_settings, name="settings"),
+    path("merchant/shopify/", store_views.shopify_store, name="shopify"),
+    path("merchant/shopify/disconnect", store_views.shopify_disconnect, name="shopify_disconnect"),
     path("merchant/addresses/", addresses_views.addresses, name="addresses"),
     *(
         path(
