@@ -188,6 +188,7 @@ def fill(t: Template, w: World) -> str:
     if head.startswith("api/v1/"):
         ids = {
             "api/v1/tickets/": "NW-1",
+            "api/v1/orders/": "NW-1001",
             "api/v1/runs/": w.open_run,
             "api/v1/approvals/": w.approval,
             "api/v1/": "nowhere",
@@ -408,6 +409,7 @@ TABLE: dict[str, dict[str, str]] = {
     "/api/v1/approvals/{approval}": {"GET": KEY_NEEDED},
     "/api/v1/approvals/{approval}/decide": {"POST": KEY_NEEDED},
     "/api/v1/usage": {"GET": KEY_NEEDED},
+    "/api/v1/orders/NW-1001": {"PUT": KEY_NEEDED},
     # A help desk's signed webhook: no source is connected here, so 404 to everyone.
     "/api/v1/helpdesk/northwind/zendesk": {"POST": "404 404 404 404 404 404"},
     "/api/v1/": {m: "404 404 404 404 404 404" for m in METHODS},
