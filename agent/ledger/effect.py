@@ -131,7 +131,9 @@ def execute_irreversible(run_id: str, seq: int, call: dict[str, Any], approval_i
                 replayed=True,
             )
         else:
-            adapter = intents.adapter_name(run.merchant, tool, run.ticket_id)
+            adapter = intents.adapter_name(
+                run.merchant, tool, run.ticket_id, order_source=run.order_source
+            )
             external = adapter != intents.DATABASE
             entry = LedgerEntry.objects.create(
                 key=key,
