@@ -14,7 +14,7 @@ import pytest
 from django.utils import timezone
 
 from agent.effects.payments import idempotency_key
-from agent.effects.shopify import note_for
+from agent.effects.shopify import ShopifyAdapter, note_for
 from agent.ledger.provider_reconciliation import reconcile_merchant
 from agent.models import Step
 from agent.models.effects import EffectFinding
@@ -134,3 +134,52 @@ def test_a_refund_made_in_shopifys_admin_is_a_reconciliation_finding(dbos_execut
     assert finding.provider_amount_cents == 500
     assert "NW-1042" in finding.detail
     assert counts["provider_only"] == 1
+
+
+def test_a_key_whose_attempt_failed_is_settled_as_not_moved_and_never_sent_under_another(
+    dbos_executor, shop
+):
+    """Shopify answers IDEMPOTENCY_PREVIOUS_ATTEMPT_FAILED to a key whose first attempt
+    failed: the claim that owns it moved no money, and a new key would be a new claim."""
+    gid = order_gid(shop, "NW-1042")
+    shop.fail_next_refund()
+    run = refund_run()
+    entry = LedgerEntry.objects.get(tool="issue_refund")
+    sent = len(refund_creates(shop))
+
+    # The same claim asked again (a re-executed step would): Shopify says the key is spent.
+    outcome = ShopifyAdapter().perform(entry)
+
+    assert (outcome.state, outcome.code) == ("failed", "key_spent")
+    last = refund_creates(shop)[-1]
+    assert len(refund_creates(shop)) > sent
+    assert [e["extensions"]["code"] for e in last.answer["errors"]] == [
+        "IDEMPOTENCY_PREVIOUS_ATTEMPT_FAILED"
+    ]
+    assert {c.variables["key"] for c in refund_creates(shop)} == {idempotency_key(entry.key)}
+    assert shop.refunds_of(gid) == []
+    text, ok = ShopifyAdapter().record(entry, outcome)
+    assert not ok and "No money moved under this claim" in text
+    assert "needs a new decision" in text
+    assert Refund.objects.count() == 0 and run.status == "succeeded"
+
+
+def test_a_throttled_refund_waits_for_the_bucket_within_the_effects_budget(dbos_executor, shop):
+    gid = order_gid(shop, "NW-1042")
+    run = start("NW-1", OWNER)
+    wait_parked(str(run.id))
+    before = len(shop.requests)
+    shop.drain()  # another client of the app spent the bucket: the effect's reads wait
+    decide(run, OWNER)
+    run = wait_terminal(str(run.id))
+
+    assert run.status == "succeeded", run.summary
+    assert [r.amount for r in shop.refunds_of(gid)] == [3800]
+    assert any(throttled(r) for r in shop.requests[before:])
+    entry = LedgerEntry.objects.get(tool="issue_refund")
+    assert (entry.state, entry.ok) == ("done", True)
+    # provider_calls counts what the effect itself sent (the re-read and the refund, retries
+    # included); the claim's read of the order by name came before it.
+    effect = [r for r in shop.requests[before:] if r.query.startswith(("query Order(", "mutation"))]
+    assert entry.provider_calls == len(effect) >= 3
+    assert Step.objects.get(run=run, kind="tool", tool="issue_refund").attempts == 1
