@@ -125,11 +125,14 @@ def snapshot_from_webhook(body: dict[str, Any]) -> Snapshot:
     )
 
 
-def apply(merchant_id: int, snap: Snapshot) -> tuple[Order, str]:
-    """Write ``snap`` to the mirror unless what is stored is as new or newer.
+def apply(merchant_id: int, snap: Snapshot, *, read: bool = False) -> tuple[Order, str]:
+    """Write ``snap`` to the mirror unless what is stored is newer (or as new).
 
-    Answers the order row and what happened: ``created``, ``updated``, ``unchanged`` (the
-    same version) or ``older`` (a stale snapshot: nothing written). Raises
+    Answers the order row and what happened: ``created``, ``updated``, ``older`` (a stale
+    snapshot: nothing written), ``unchanged`` (the same version, the same facts) or ``tied``
+    (the same version with other facts: Shopify's ``updated_at`` counts whole seconds, so
+    two changes in one second share it; nothing written, and the caller reads the order at
+    Shopify). ``read``: the snapshot is a read of Shopify *now*, which wins a tie. Raises
     ``SourceUnavailable`` when the order's name is held by a row of another source.
     """
     reference = snap.name.strip().lstrip("#").strip()
@@ -141,8 +144,13 @@ def apply(merchant_id: int, snap: Snapshot) -> tuple[Order, str]:
             order = Order.objects.select_for_update().get(pk=held.order_id)
             if snap.updated_at < held.updated_at:
                 return order, "older"
-            if snap.updated_at == held.updated_at:
-                return order, "unchanged"
+            if snap.updated_at == held.updated_at and not read:
+                same = (held.refunded_cents, order.total_cents, order.cancelled_at) == (
+                    snap.refunded_cents,
+                    snap.total_cents,
+                    snap.cancelled_at,
+                )
+                return order, "unchanged" if same else "tied"
         else:
             other = Order.objects.filter(
                 merchant_id=merchant_id, reference__iexact=reference
@@ -257,14 +265,14 @@ class ShopifyOrderSource:
         )
         if found is None:
             return None
-        row, _ = apply(self.merchant_id, snapshot_of(found))
+        row, _ = apply(self.merchant_id, snapshot_of(found), read=True)
         return facts(_read(row))
 
     def orders_for_customer(self, email: str, *, limit: int = 20) -> list[OrderFacts]:
         found: list[shopify.Order] = self._ask(
             "the customer's orders", lambda c: c.orders_by_email(email, first=min(limit, 10))
         )
-        return [facts(_read(apply(self.merchant_id, snapshot_of(o))[0])) for o in found]
+        return [facts(_read(apply(self.merchant_id, snapshot_of(o), read=True)[0])) for o in found]
 
 
 def register() -> None:

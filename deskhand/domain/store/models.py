@@ -144,3 +144,37 @@ class ShopifyOrder(models.Model):
 
     def __str__(self) -> str:
         return f"{self.gid} ({self.updated_at.isoformat()})"
+
+
+class ShopifyWebhookStatus(models.TextChoices):
+    RECEIVED = "received"  # stored; its workflow processes it
+    PROCESSED = "processed"
+
+
+class ShopifyWebhook(models.Model):
+    """A Shopify webhook delivery, verified and stored once before it is processed.
+
+    ``webhook_id`` is Shopify's ``X-Shopify-Webhook-Id`` (one per delivery; a retry of a
+    delivery repeats it), unique per merchant: a redelivery is the same row and is processed
+    once. ``data`` is what processing needs of the body and nothing more (an order's money,
+    name, email and times; a redaction's customer), never the addresses or line items.
+    """
+
+    merchant = models.ForeignKey(Merchant, on_delete=models.CASCADE, related_name="+")
+    webhook_id = models.CharField(max_length=100)
+    topic = models.CharField(max_length=40)
+    data = models.JSONField(default=dict)
+    status = models.CharField(
+        max_length=10, choices=ShopifyWebhookStatus.choices, default=ShopifyWebhookStatus.RECEIVED
+    )
+    outcome = models.TextField(blank=True)
+    received_at = models.DateTimeField(auto_now_add=True)
+    processed_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["merchant", "webhook_id"], name="shopify_webhook_once")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.topic} {self.webhook_id}"
