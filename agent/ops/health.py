@@ -76,6 +76,9 @@ class Report:
     effects: dict[str, Any] = field(default_factory=dict)
     workflows: dict[str, Any] = field(default_factory=dict)
     intake: dict[str, Any] = field(default_factory=dict)
+    # Per connected Shopify store (by merchant slug): the webhook topics whose subscription
+    # to this Deskhand is gone, or why the store could not be asked.
+    shopify: dict[str, Any] = field(default_factory=dict)
 
     @property
     def alive(self) -> list[WorkerHealth]:
@@ -94,6 +97,7 @@ class Report:
             and not self.effects.get("open")
             and not self.workflows.get("open")
             and not self.intake.get("stuck")
+            and not any(v.get("missing") or v.get("error") for v in self.shopify.values())
         )
 
     def as_dict(self) -> dict[str, Any]:
@@ -238,7 +242,28 @@ def health_report(stuck_after: dt.timedelta = STUCK_AFTER) -> Report:
     report.effects = findings_summary()
     report.workflows = workflow_findings_summary()
     report.intake = intake_summary(now)
+    report.shopify = shopify_subscriptions()
     return report
+
+
+def shopify_subscriptions() -> dict[str, Any]:
+    """Each connected store's missing webhook subscriptions (Shopify deletes a subscription
+    after repeated failed deliveries; then the mirror stops hearing of changes)."""
+    from deskhand.domain.store import shopify
+    from deskhand.domain.store.connect import subscriptions_missing
+    from deskhand.domain.store.models import ShopifyConnection
+
+    out: dict[str, Any] = {}
+    for store in ShopifyConnection.objects.select_related("merchant"):
+        slug = store.merchant.slug
+        try:
+            out[slug] = {
+                "shop": store.shop_domain,
+                "missing": subscriptions_missing(store),
+            }
+        except shopify.ShopifyError as exc:
+            out[slug] = {"shop": store.shop_domain, "missing": [], "error": str(exc)}
+    return out
 
 
 def healthz() -> tuple[int, dict[str, Any]]:

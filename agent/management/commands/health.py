@@ -53,6 +53,16 @@ class Command(DeskhandCommand):
         w(f"{'ok' if r.ok else 'NEEDS ATTENTION'} · this code runs version {r.app_version}")
         w(f"database: reachable ({r.database_ms} ms)")
         alive = r.alive
+        for slug, store in r.shopify.items():
+            if store.get("error"):
+                w(f"shopify {slug} ({store['shop']}): could not be asked: {store['error']}")
+            elif store["missing"]:
+                w(
+                    f"shopify {slug} ({store['shop']}): webhook subscriptions missing: "
+                    f"{', '.join(store['missing'])} — reconnect the store on the settings page"
+                )
+            else:
+                w(f"shopify {slug} ({store['shop']}): webhook subscriptions in place")
         w(f"workers: {len(alive)} alive of {len(r.workers)} registered")
         for x in r.workers:
             state = "alive" if x.alive else "dead"

@@ -329,3 +329,22 @@ class MerchantSettingsForm(forms.Form):
             "ticket_prefix": d["ticket_prefix"],
             **({"order_source": d["order_source"]} if d.get("order_source") else {}),
         }
+
+
+class ShopifyConnectForm(forms.Form):
+    """The store's address and its two secrets; the secrets are never rendered back."""
+
+    shop_domain = forms.CharField(
+        max_length=100,
+        help_text="The store's permanent address, like your-store.myshopify.com.",
+    )
+    access_token = forms.CharField(
+        max_length=200,
+        widget=forms.PasswordInput(render_value=False),
+        help_text="The custom app's Admin API access token. Write-only: shown as set, never again.",
+    )
+    webhook_secret = forms.CharField(
+        max_length=200,
+        widget=forms.PasswordInput(render_value=False),
+        help_text="The app's client secret, which signs its webhooks. Write-only too.",
+    )

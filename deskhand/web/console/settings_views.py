@@ -13,13 +13,16 @@ from django.http import HttpResponse
 from django.shortcuts import render
 from django.views.decorators.http import require_http_methods
 
+from approvals.audit import audit_record
 from approvals.merchant_settings import settings_change
 from approvals.models import AuditEvent
 from deskhand.domain.desk.models import Merchant
 from deskhand.domain.desk.permissions import require_owner
+from deskhand.domain.store.connect import ConnectRefused, store_connect, webhook_address
+from deskhand.domain.store.models import ShopifyConnection
 from deskhand.web.console import present
 from deskhand.web.console.decorators import ConsoleRequest, merchant_member
-from deskhand.web.console.forms import MerchantSettingsForm
+from deskhand.web.console.forms import MerchantSettingsForm, ShopifyConnectForm
 
 HISTORY = 20
 
@@ -41,6 +44,9 @@ def _page(
             "is_owner": request.membership.is_owner,
             "spend_cap": present.dollars(merchant.daily_spend_cap_micros),
             "history": history,
+            "shopify": ShopifyConnection.objects.filter(merchant=merchant).first(),
+            "shopify_form": extra.pop("shopify_form", None) or ShopifyConnectForm(),
+            "shopify_address": webhook_address(merchant.slug),
             **extra,
         },
         status=status,
@@ -61,3 +67,32 @@ def merchant_settings(request: ConsoleRequest) -> HttpResponse:
     changed = settings_change(merchant=merchant, values=form.values(), by=request.user)
     fresh = Merchant.objects.get(pk=merchant.pk)
     return _page(request, MerchantSettingsForm.for_merchant(fresh), changed=changed, saved=True)
+
+
+@require_http_methods(["POST"])
+@login_required
+@merchant_member
+def shopify_connect(request: ConsoleRequest) -> HttpResponse:
+    """Connect the store (owner only): subscribe its webhooks, then seal and save the secrets.
+    A refusal is a 400 with Shopify's or the form's sentence, and nothing is saved."""
+    merchant = request.membership.merchant
+    require_owner(request.user, merchant.pk, "connect the Shopify store")
+    form = ShopifyConnectForm(request.POST)
+    fresh = MerchantSettingsForm.for_merchant(merchant)
+    if not form.is_valid():
+        return _page(request, fresh, 400, shopify_form=form)
+    try:
+        _, created = store_connect(merchant=merchant, **form.cleaned_data)
+    except ConnectRefused as exc:
+        return _page(request, fresh, 400, shopify_form=ShopifyConnectForm(), shopify_error=str(exc))
+    audit_record(
+        merchant_id=merchant.pk,
+        actor=request.user,
+        action="merchant.shopify_connected",
+        channel="web",
+        detail={
+            "shop_domain": form.cleaned_data["shop_domain"].strip().lower(),
+            "subscribed": created,
+        },
+    )
+    return _page(request, fresh, shopify_connected=created)

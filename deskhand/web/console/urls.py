@@ -53,6 +53,7 @@ urlpatterns = [
     path("merchant/keys/", keys_views.keys, name="keys"),
     path("merchant/keys/<str:prefix>/revoke", keys_views.key_revoke_view, name="key_revoke"),
     path("merchant/settings/", settings_views.merchant_settings, name="settings"),
+    path("merchant/settings/shopify/", settings_views.shopify_connect, name="shopify_connect"),
     path("merchant/addresses/", addresses_views.addresses, name="addresses"),
     *(
         path(
