@@ -21,8 +21,9 @@ venv: $(STAMP)
 
 # `make demo PROVIDER=double`: the anthropic provider against the local Messages-API double.
 # `make demo PAYMENTS=double`: Northwind's refunds at the local payments double.
+# `make demo SHOP=double`: Northwind's orders (and refunds) at the local Shopify double.
 demo: $(STAMP)
-	$(PY) scripts/demo.py $(if $(PROVIDER),--provider $(PROVIDER)) $(if $(PAYMENTS),--payments $(PAYMENTS))
+	$(PY) scripts/demo.py $(if $(PROVIDER),--provider $(PROVIDER)) $(if $(PAYMENTS),--payments $(PAYMENTS)) $(if $(SHOP),--shop $(SHOP))
 
 # The tests start the embedded Postgres when DATABASE_URL is unset; stop it again
 # afterwards unless it was already running (e.g. under `make demo`). They run in

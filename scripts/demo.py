@@ -14,6 +14,10 @@ console at it with ``ANTHROPIC_BASE_URL`` and a dummy ``ANTHROPIC_API_KEY``.
 Every model call then goes through the real SDK, the provider's retry layer
 and pricing, and the double's token counting and prompt-cache rules.
 
+``make demo SHOP=double`` (``--shop double``) starts the Shopify double in this process with
+Northwind's seeded orders (reset each start), connects the store and switches Northwind's
+order source to ``shopify``: its runs read orders there and refund through ``refundCreate``.
+
 ``make demo PAYMENTS=double`` (``--payments double``) starts the payments double
 (``tests/support/payments_api.py``) in this process, gives it a charge for every
 seeded order, switches Northwind's refunds to the payments adapter and points the
@@ -82,10 +86,44 @@ def start_payments_double() -> str:
     return f"Northwind refunds at the payments double {api.url} ({charged} charges)"
 
 
+def start_shop_double() -> str:
+    """The Shopify double holding Northwind's seeded orders; Northwind reads and refunds there.
+
+    The double lives in this process's memory, so each demo starts from a reset seed: the
+    orders are given to a fresh double, Northwind's own rows are retired (its orders are at
+    "Shopify" now) and the store is connected through the settings page's own path
+    (``store_connect``: webhooks subscribed to this demo's inbound address, secrets sealed).
+    """
+    import django
+
+    django.setup()
+    from django.conf import settings
+
+    from deskhand.domain.desk.models import Merchant, Order
+    from deskhand.domain.store.connect import store_connect
+    from tests.support.shopify_double import ShopifyDouble, mirror_seeded_orders
+
+    shop = ShopifyDouble().start()
+    os.environ.update(shop.env())
+    settings.DESKHAND_SHOPIFY_BASE_URL = shop.url
+    orders = mirror_seeded_orders(shop, "northwind")
+    merchant = Merchant.objects.get(slug="northwind")
+    Order.objects.filter(merchant=merchant, source="local").delete()
+    store_connect(
+        merchant=merchant,
+        shop_domain=shop.shop_domain,
+        access_token=shop.access_token,
+        webhook_secret=shop.client_secret,
+    )
+    Merchant.objects.filter(pk=merchant.pk).update(order_source="shopify")
+    return f"Northwind's {orders} orders at the Shopify double {shop.url} ({shop.shop_domain})"
+
+
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--provider", choices=["default", "double"], default="default")
     parser.add_argument("--payments", choices=["database", "double"], default="database")
+    parser.add_argument("--shop", choices=["none", "double"], default="none")
     parsed = parser.parse_args()
     provider = parsed.provider
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "deskhand.settings")
@@ -107,8 +145,14 @@ def main() -> int:
     terminal = take_the_terminal()
     try:
         manage("migrate", "--noinput", "-v", "0")
-        manage("seed")
+        if parsed.shop == "double":
+            # The double's orders live in memory: a fresh seed each time (see start_shop_double).
+            os.environ.setdefault("DESKHAND_CONSOLE_URL", f"http://127.0.0.1:{PORT}")
+            manage("seed", "--reset")
+        else:
+            manage("seed")
         payments = start_payments_double() if parsed.payments == "double" else ""
+        shop = start_shop_double() if parsed.shop == "double" else ""
         procs.append(
             serve(
                 "manage.py",
@@ -149,6 +193,7 @@ def main() -> int:
             f"  Model                 {model}\n"
             f"  CLI                   {cli}\n"
             + (f"  Payments              {payments}\n" if payments else "")
+            + (f"  Shopify               {shop}\n" if shop else "")
             + f"  Mail in               SMTP on 127.0.0.1:{MAIL_PORT} for support@northwind.test and help@lumen.test;\n"
             "                        send one (README: a reply with In-Reply-To joins the same ticket):\n"
             f"    {mail_one_liner(MAIL_PORT)}\n" + "  Stop                  Ctrl-C\n",
