@@ -37,6 +37,7 @@ from typing import Any
 
 from django.core.exceptions import ValidationError
 from django.db import transaction
+from django.urls import reverse
 
 from approvals.audit import audit_record
 from approvals.models import Channel
@@ -60,11 +61,9 @@ class StoreRefused(Exception):
 
 
 def shopify_webhook_address(merchant: Merchant) -> str:
-    """Where Shopify delivers this merchant's webhooks: the one place the address is built.
-
-    The inbound endpoint is ``/inbound/shopify/<merchant slug>/``; when its route is named,
-    this is the line to make ``reverse`` it."""
-    return console_url(f"/inbound/shopify/{merchant.slug}/")
+    """Where Shopify delivers this merchant's webhooks (``deskhand.web.inbound.shopify``): the
+    one place the address is built, from the route itself."""
+    return console_url(reverse("mail:shopify", args=[merchant.slug]))
 
 
 def _topic_enum(topic: str) -> str:

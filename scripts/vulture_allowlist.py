@@ -326,3 +326,5 @@ _.webhookSubscriptionCreate
 # --- read by the integrator's order source (deskhand/domain/store/shopify.py) -------------
 _.presentment_currency  # Order: the currency the customer saw, shown beside the shop's
 _.asked_facts  # ApprovalOut field: django-ninja fills it from the presenter's dict key
+# --- read through ORM lookups (agent/ledger/shopify_reconciliation.py: seen_at__gte) -------
+_.seen_at  # ShopifyOrder: when Deskhand last heard of the order (which orders to compare)

@@ -184,7 +184,9 @@ def execute_irreversible(run_id: str, seq: int, call: dict[str, Any], approval_i
             # The order's money moved since the person was shown it: nothing is claimed or paid.
             return moved
         else:
-            adapter = intents.adapter_name(run.merchant, tool, run.ticket_id)
+            adapter = intents.adapter_name(
+                run.merchant, tool, run.ticket_id, order_source=run.order_source
+            )
             external = adapter != intents.DATABASE
             entry = LedgerEntry.objects.create(
                 key=key,

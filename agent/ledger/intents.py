@@ -37,6 +37,7 @@ from agent.effects import config
 from agent.effects.base import Adapter, Outcome
 from agent.effects.mail import SmtpAdapter
 from agent.effects.payments import PaymentsAdapter
+from agent.effects.shopify import ShopifyAdapter
 from agent.ledger.answers import log_effect_answer
 from agent.ledger.lineage import currency_of, describe
 from agent.models import TERMINAL_STATUSES, Run
@@ -54,17 +55,26 @@ from deskhand.infra.crashpoints import Point
 DATABASE = "database"
 ADAPTERS: dict[str, Adapter] = {
     PaymentsAdapter.name: PaymentsAdapter(),
+    ShopifyAdapter.name: ShopifyAdapter(),
     SmtpAdapter.name: SmtpAdapter(),
 }
 
 
-def adapter_name(merchant: Any, tool: ToolDef, ticket_id: int | None = None) -> str:
-    """Where ``tool``'s effect happens for ``merchant``: ``database``, ``payments`` or ``smtp``.
+def adapter_name(
+    merchant: Any, tool: ToolDef, ticket_id: int | None = None, *, order_source: str = ""
+) -> str:
+    """Where ``tool``'s effect happens for ``merchant``: ``database``, ``payments``,
+    ``shopify`` or ``smtp``.
+
+    A refund on a run whose orders are at Shopify (``order_source``, the run's own) is made
+    through Shopify, whatever ``refund_adapter`` says: the order's sale is there.
 
     Mail on a ticket whose help desk takes replies stays in the database: the line it
     writes on the thread is relayed to the desk as a signed webhook
     (``deskhand.domain.apikeys.relay``), and the customer gets it there, not also as an email.
     """
+    if tool.external == "payments" and order_source == ShopifyAdapter.name:
+        return ShopifyAdapter.name
     if tool.external == "payments" and merchant.refund_adapter == "payments":
         return PaymentsAdapter.name
     if tool.external == "mail" and merchant.mail_adapter == "smtp":

@@ -1,5 +1,9 @@
 """Reconciliation: compare the ledger with the payment provider's refunds, report every difference.
 
+(Shopify's side — a merchant whose orders are at Shopify — is ``shopify_reconciliation``,
+run first in the same pass; the Stripe comparison below runs only for a merchant with
+something at Stripe.)
+
 Run by a scheduled DBOS workflow (``deskhand.engine.schedules``) on the time it was scheduled
 for (``now``: the clock is an input, so a test or a recovered firing sees the same one).
 For each merchant that refunds at a provider (or did within the look-back), one pass:
@@ -40,9 +44,11 @@ from agent.effects.payments import (
     paid_with,
     refund_known,
 )
+from agent.effects.shopify import NAME as SHOPIFY
 from agent.ledger.findings import report
 from agent.ledger.intents import ADAPTERS, lookup_grace, resolve_stale
 from agent.ledger.provider_events import process_waiting
+from agent.ledger.shopify_reconciliation import reconcile_shopify, reconciles_at_shopify
 from agent.models.effects import FindingKind
 from agent.models.ledger import LedgerEntry, LedgerState
 from deskhand.domain.desk.models import Merchant, Order, Refund
@@ -57,10 +63,14 @@ def lookback() -> dt.timedelta:
 
 def merchants_to_reconcile(now: dt.datetime) -> list[int]:
     """Merchants refunding at a provider now, or who did within the look-back."""
-    recent = LedgerEntry.objects.filter(adapter=PAYMENTS, created_at__gte=now - lookback())
+    recent = LedgerEntry.objects.filter(
+        adapter__in=(PAYMENTS, SHOPIFY), created_at__gte=now - lookback()
+    )
     return sorted(
         Merchant.objects.filter(
-            Q(refund_adapter=PAYMENTS) | Q(pk__in=recent.values("merchant_id"))
+            Q(refund_adapter=PAYMENTS)
+            | Q(order_source=SHOPIFY)
+            | Q(pk__in=recent.values("merchant_id"))
         ).values_list("pk", flat=True)
     )
 
@@ -113,6 +123,14 @@ def reconcile_merchant(merchant_id: int, *, now: dt.datetime) -> dict[str, int]:
     counts = {k: 0 for k in FindingKind.values} | settle_stale_claims(merchant_id, now)
     counts["events"] = process_waiting(merchant_id, now)
     since = now - lookback()
+    if reconciles_at_shopify(merchant, since):
+        for kind, n in reconcile_shopify(merchant, now=now, since=since).items():
+            counts[kind] += n
+    at_stripe = LedgerEntry.objects.filter(
+        merchant=merchant, adapter=PAYMENTS, created_at__gte=since
+    ).exists()
+    if merchant.refund_adapter != PAYMENTS and not at_stripe:
+        return counts  # nothing of this merchant's is at Stripe to compare
     payments = dict(
         Order.objects.filter(merchant=merchant)
         .exclude(payment_reference="")

@@ -123,16 +123,27 @@ def erasure_for(*, email: str, user: Any, merchant_slug: str | None = None) -> E
 
 
 def customer_erase(
-    erasure: Erasure, *, user: Any, channel: str = Channel.CLI, now: dt.datetime | None = None
+    erasure: Erasure,
+    *,
+    user: Any,
+    channel: str = Channel.CLI,
+    now: dt.datetime | None = None,
+    asked_by: str = "",
 ) -> dict[str, int]:
-    """Erase the customer (see the module); return the counts the audit event records."""
+    """Erase the customer (see the module); return the counts the audit event records.
+
+    ``user`` ``None`` is the system acting on a platform's request (Shopify's
+    ``customers/redact``, ``agent.privacy.platform``): no owner check, the audit event has
+    no actor (it reads "the system"), channel ``system``, and ``asked_by`` names the request.
+    """
     now = now or timezone.now()
     customer = erasure.customer
     with transaction.atomic():
         # The tickets' row locks: a run being created on one (its foreign key) waits for us,
         # and is then a run over erased words.
         list(Ticket.objects.select_for_update().filter(customer=customer).values_list("pk"))
-        _owner_at(user, customer)
+        if user is not None:
+            _owner_at(user, customer)
         runs = list(Run.objects.filter(ticket__customer=customer).order_by("created_at"))
         live = [r for r in runs if r.status in OPEN_STATUSES]
         if live:
@@ -173,6 +184,7 @@ def customer_erase(
             actor=user,
             action="customer.erase",
             channel=channel,
-            detail={"customer": customer.pk, "counts": counts},
+            detail={"customer": customer.pk, "counts": counts}
+            | ({"asked_by": asked_by} if asked_by else {}),
         )
     return counts

@@ -12,4 +12,10 @@ class EngineConfig(AppConfig):
         # Register the workflows and schedules with DBOS in every process (decorators run
         # at import), so a worker and the in-process test executor agree on them. Launching
         # DBOS is the worker's job alone (deskhand.engine.bootstrap).
-        from deskhand.engine import intake, payment_events, schedules, workflow  # noqa: F401
+        from deskhand.engine import (  # noqa: F401
+            intake,
+            payment_events,
+            schedules,
+            shopify_webhooks,
+            workflow,
+        )

@@ -13,6 +13,8 @@ here are orchestration only; the work is in the apps.
   merchants refund at a provider), then ``effects.reconcile_merchant`` per merchant
   (``agent.ledger.provider_reconciliation``); a read of the provider that fails is
   retried, and findings are upserts, so a retry or a second worker's firing adds nothing twice.
+  The same step tries again every Shopify ``customers/redact`` of the merchant that waited
+  for an open run (``agent.privacy.platform``).
 - ``privacy.retention_sweep``, daily at 03:17 UTC — step ``privacy.retention``: redact
   every run past its merchant's retention period (``agent.privacy.retention``).
 
@@ -28,6 +30,7 @@ from dbos import DBOS
 from django.db import close_old_connections
 
 from agent.ledger.provider_reconciliation import merchants_to_reconcile, reconcile_merchant
+from agent.privacy.platform import redactions_waiting
 from agent.privacy.retention import retention_sweep
 from approvals.escalation import approvals_escalate_due
 from deskhand.infra.dbos.names import (
@@ -82,7 +85,11 @@ def merchants_step(now_iso: str) -> list[int]:
 def reconcile_merchant_step(merchant_id: int, now_iso: str) -> dict[str, int]:
     close_old_connections()
     try:
-        return reconcile_merchant(merchant_id, now=dt.datetime.fromisoformat(now_iso))
+        counts = reconcile_merchant(merchant_id, now=dt.datetime.fromisoformat(now_iso))
+        # Inside the same step (no new step, so no patch): a Shopify customers/redact that
+        # waited for a run of the customer's to end is tried again (agent.privacy.platform).
+        counts["redactions"] = redactions_waiting(merchant_id)
+        return counts
     finally:
         close_old_connections()
 

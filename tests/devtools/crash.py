@@ -12,7 +12,8 @@ cleanup) at exactly one boundary —
 - ``after_effect:<tool>`` — an irreversible effect is written, not committed,
 - ``after_commit:<tool>`` — it is committed, not checkpointed,
 - ``after_claim:<tool>`` / ``after_provider:<tool>`` — for an effect in another system
-  (the ``nw1-payments`` case: refunds at the payments double): the pending claim is
+  (the ``nw1-payments`` case: refunds at the payments double; ``nw1-shopify``: through
+  Shopify's ``refundCreate`` at its double): the pending claim is
   committed and the provider not yet called / the provider made the refund and nothing
   here records it yet,
 - ``parked:<n>`` — the run is waiting at its n-th gate: the worker dies, the
@@ -39,6 +40,7 @@ from collections.abc import Callable, Iterator
 
 from django.db import close_old_connections, connection
 from django.db.models import Count, Sum
+from django.utils import timezone
 
 from agent.models import TERMINAL_STATUSES, Run, Step
 from agent.models.ledger import LedgerEntry
@@ -53,6 +55,8 @@ from tests.devtools.evals.harness import APPROVE, Decision, deny
 from tests.devtools.evals.runner import reset_world
 from tests.devtools.evals.scripts import NW3_DENIAL_REASON
 from tests.support.payments_api import PaymentsApi, charge_seeded_orders
+from tests.support.shopify_double import ShopifyDouble
+from tests.support.shopify_world import northwind_on_shopify
 
 STEP_PREFIXES = (
     "run.begin",
@@ -77,7 +81,7 @@ class Case:
     refunds: tuple[tuple[str, int], ...]  # (order, cents) the run must end with, exactly
     emails: int
     ticket_status: str
-    refund_adapter: str = "database"  # "payments": refunds at the payments double
+    refund_adapter: str = "database"  # "payments": the payments double; "shopify": Shopify's
 
 
 CASES = {
@@ -111,6 +115,17 @@ CASES = {
         1,  # the reply that tells Dana what was refunded
         "resolved",
         refund_adapter="payments",
+    ),
+    "nw1-shopify": Case(
+        "nw1-shopify",
+        "NW-1",
+        "owner@northwind.test",
+        "policy",
+        (APPROVE,),
+        (("NW-1042", 3800),),
+        1,
+        "resolved",
+        refund_adapter="shopify",
     ),
     "lu2": Case(
         "lu2",
@@ -168,9 +183,29 @@ def payments_double() -> PaymentsApi:
     return _double["api"]
 
 
+def shopify_double() -> ShopifyDouble:
+    """A fresh Shopify double for one schedule; workers (started after) reach it through the
+    env, this process through its settings."""
+    from django.conf import settings
+
+    if "shop" in _shop:
+        _shop.pop("shop").stop()
+    shop = _shop["shop"] = ShopifyDouble().start()
+    os.environ.update(shop.env())
+    os.environ.setdefault("DESKHAND_EFFECT_BUDGET_SECONDS", "8")
+    settings.DESKHAND_SHOPIFY_BASE_URL = shop.url
+    return shop
+
+
+_shop: dict[str, ShopifyDouble] = {}
+
+
 def prepare_world(case: Case) -> None:
-    """A freshly seeded world; for a payments case, Northwind refunding at a fresh double."""
+    """A freshly seeded world; for a payments case, Northwind refunding at a fresh double;
+    for a Shopify case, Northwind's orders at a fresh Shopify double."""
     reset_world()
+    if case.refund_adapter == "shopify":
+        northwind_on_shopify(shopify_double())
     if case.refund_adapter == "payments":
         api = payments_double()
         api.reset()
@@ -376,6 +411,33 @@ def check(case: Case, run: Run) -> list[str]:
         problems.append(f"{case.ticket} is {status}, expected {case.ticket_status}")
     if case.refund_adapter == "payments":
         problems += check_provider(case)
+    if case.refund_adapter == "shopify":
+        problems += check_shopify(case)
+    return problems
+
+
+def check_shopify(case: Case) -> list[str]:
+    """Exactly the case's refunds at the Shopify double, each recorded here once with its id,
+    nothing pending, and reconciliation at Shopify finding no difference."""
+    from agent.ledger.provider_reconciliation import reconcile_merchant
+    from agent.models import EffectFinding
+
+    problems: list[str] = []
+    shop = _shop["shop"]
+    made = [(o.name, r.amount, r.gid) for o in shop.orders.values() for r in o.refunds]
+    if tuple(sorted((n, a) for n, a, _ in made)) != tuple(sorted(case.refunds)):
+        problems.append(f"refunds at Shopify {made}, expected {case.refunds}")
+    ids = {gid for _, _, gid in made}
+    for refund in Refund.objects.all():
+        if refund.status != "succeeded" or refund.provider_refund_id not in ids:
+            problems.append(
+                f"refund {refund.pk} is {refund.status} with Shopify id {refund.provider_refund_id!r}"
+            )
+    for entry in LedgerEntry.objects.filter(state="pending"):
+        problems.append(f"ledger {entry.key} is still pending")
+    merchant = Merchant.objects.get(slug="northwind")
+    reconcile_merchant(merchant.pk, now=timezone.now())
+    problems += [f"reconciliation: {f.kind} {f.detail}" for f in EffectFinding.objects.all()]
     return problems
 
 
@@ -412,7 +474,7 @@ def reference(case: Case) -> list[Boundary]:
     problems = check(case, run)
     if problems:
         raise AssertionError(f"{case.name}: the reference run itself is wrong: {problems}")
-    external = ("issue_refund",) if case.refund_adapter == "payments" else ()
+    external = ("issue_refund",) if case.refund_adapter in ("payments", "shopify") else ()
     return boundaries(dbos_steps(str(run.pk)), len(case.decisions), external)
 
 
@@ -453,4 +515,7 @@ CI_SCHEDULES = {
         "after_step:tool.issue_refund",
     ],
     "nw3": ["after_step:gate.resume", "parked:gate:1"],
+    # Refunds through Shopify's refundCreate: killed with the claim committed and nothing sent,
+    # and with the refund made at Shopify and nothing recorded here (the same key again).
+    "nw1-shopify": ["after_claim:issue_refund", "after_provider:issue_refund"],
 }

@@ -10,7 +10,9 @@ they name are ``deskhand.infra.crashpoints.Point``.
 - **A run's boundaries** (``crash.CI_SCHEDULES``): money committed but not checkpointed, an
   effect torn mid-transaction, a model call paid but not checkpointed, a wait across a dead
   worker; ``nw1-payments`` (refunds at the payments double) must end with one refund there
-  and one, settled, here.
+  and one, settled, here; ``nw1-shopify`` (NW-1's order at the Shopify double, refunded
+  through ``refundCreate``) must end with one $38.00 refund at the double, one settled here,
+  and reconciliation at Shopify finding no difference.
 - **Every step of NW-1 in one run**: each worker incarnation dies at the second step it
   executes; after a restart the step that was in flight re-executes first (it had no
   checkpoint) and survives, and the next is killed. One run walks through every boundary

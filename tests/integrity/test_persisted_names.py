@@ -214,6 +214,7 @@ def test_dbos_knows_the_workflows_and_steps_by_exactly_these_names():
         names.INBOUND_WORKFLOW,
         names.CUSTOMER_LINE_WORKFLOW,
         names.PAYMENT_EVENT_WORKFLOW,
+        names.SHOPIFY_WEBHOOK_WORKFLOW,
         *names.SCHEDULED_WORKFLOWS,
         # The scheduled workflows' decorated steps, as DBOS registers them.
         "<temp>.approvals.escalate_due",
@@ -225,6 +226,8 @@ def test_dbos_knows_the_workflows_and_steps_by_exactly_these_names():
         "<temp>.customer.route",
         # A payment provider's stored webhook event (deskhand.engine.payment_events).
         "<temp>.payments.event",
+        # A Shopify webhook delivery (deskhand.engine.shopify_webhooks).
+        "<temp>.shopify.webhook",
     }
 
 
@@ -240,6 +243,8 @@ def test_the_intake_names_are_the_pinned_ones():
     assert names.line_workflow_id(9) == "line-9"
     assert names.PAYMENT_EVENT_WORKFLOW == "deskhand.payment_event"
     assert names.payment_event_workflow_id(4) == "payment-event-4"
+    assert names.SHOPIFY_WEBHOOK_WORKFLOW == "deskhand.shopify_webhook"
+    assert names.shopify_webhook_workflow_id(4) == "shopify-webhook-4"
 
 
 def test_every_name_a_parked_run_recorded_is_one_todays_code_still_answers_to():

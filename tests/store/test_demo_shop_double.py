@@ -14,6 +14,7 @@ from django.conf import settings as dj
 
 from approvals.store_connection import TOPICS, shopify_webhook_address
 from deskhand.domain.desk.models import Merchant, Order
+from deskhand.domain.desk.orders import merchant_order_source
 from deskhand.domain.store.models import ShopifyConnection
 from tests.support.shopify_double import ShopifyDouble
 
@@ -39,27 +40,32 @@ def shop(settings, monkeypatch):
 
 
 def test_the_demo_connects_northwind_to_the_shopify_double_with_its_seeded_orders(seeded, shop):
-    line = demo_script().shop_double_setup(shop, "northwind")
     northwind = Merchant.objects.get(slug="northwind")
-    seeded_orders = Order.objects.filter(merchant=northwind).count()
-    assert seeded_orders > 0 and len(shop.orders) == seeded_orders
-    assert f"{seeded_orders} orders, {len(TOPICS)} webhook subscriptions" in line
+    seeded = list(
+        Order.objects.filter(merchant=northwind).select_related("customer").order_by("pk")
+    )
+    line = demo_script().shop_double_setup(shop, "northwind")
+    northwind.refresh_from_db()
+    assert seeded and len(shop.orders) == len(seeded)
+    assert f"{len(seeded)} orders, {len(TOPICS)} webhook subscriptions" in line
     assert shop.url in line
     # The worker and the web console, started after, find the double through their environment.
     assert os.environ["DESKHAND_SHOPIFY_BASE_URL"] == shop.url == dj.DESKHAND_SHOPIFY_BASE_URL
     assert northwind.order_source == "shopify"
+    # Its own rows are retired (a mirror never merges a Shopify order into a same-named row).
+    assert not Order.objects.filter(merchant=northwind, source="local").exists()
     connection = ShopifyConnection.objects.get(merchant=northwind)
     assert connection.shop_domain == shop.shop_domain
     address = shopify_webhook_address(northwind)
     assert {(s.topic, s.uri) for s in shop.subscriptions.values()} == {
         (t.upper().replace("/", "_"), address) for t in TOPICS
     }
-    # The connection reads the mirrored orders at the double, as the agent will.
-    order = Order.objects.filter(merchant=northwind).select_related("customer").first()
-    assert order is not None
-    with connection.client() as client:
-        found = client.orders_by_email(order.customer.email)
-    assert any(o.total == order.total_cents for o in found)
+    # The merchant's order source reads a seeded order at the double, as the agent will.
+    first = seeded[0]
+    facts = merchant_order_source(northwind.pk).order(first.reference)
+    assert facts is not None and facts.source == "shopify"
+    assert facts.total_cents == first.total_cents
+    assert facts.customer_email == first.customer.email
 
 
 def test_make_demo_passes_shop_to_the_script():

@@ -183,6 +183,8 @@ class OrderRec:
     updated: dt.datetime = dataclasses.field(default_factory=_now)
     cancelled: dt.datetime | None = None
     cancel_reason: str | None = None
+    shipped: dt.datetime | None = None  # one fulfillment, shipped then, delivered then
+    delivered: dt.datetime | None = None
 
     @property
     def sales(self) -> list[Txn]:
@@ -350,10 +352,14 @@ class ShopifyDouble:
         currency: str | None = None,
         gateway: str = "shopify_payments",
         customer: str | None = None,
-        line_items: list[tuple[str, int, int]] | None = None,
+        line_items: list[tuple[str, int, int]] | list[tuple[str, int, int, str]] | None = None,
+        created: dt.datetime | None = None,
+        shipped: dt.datetime | None = None,
+        delivered: dt.datetime | None = None,
     ) -> str:
         """An order paid in full by one sale of ``total`` minor units; ``line_items`` are
-        ``(name, quantity, unit price)``. Answers the order's gid."""
+        ``(name, quantity, unit price[, sku])``; ``shipped``/``delivered``: its one fulfillment.
+        Answers the order's gid."""
         with self._lock:
             currency = currency or self.currency
             if customer is None:
@@ -365,10 +371,20 @@ class ShopifyDouble:
                 self._gid("OrderTransaction"), "SALE", "SUCCESS", gateway, total, None, _now()
             )
             items = [
-                {"id": self._gid("LineItem"), "name": n, "quantity": q, "price": p, "sku": None}
-                for n, q, p in (line_items or [(name, 1, total)])
+                {
+                    "id": self._gid("LineItem"),
+                    "name": line[0],
+                    "quantity": line[1],
+                    "price": line[2],
+                    "sku": line[3] if len(line) > 3 else None,
+                }
+                for line in (line_items or [(name, 1, total)])
             ]
             self.orders[gid] = OrderRec(gid, name, email, customer, currency, total, items, [sale])
+            rec = self.orders[gid]
+            rec.created = created or rec.created
+            rec.shipped = shipped or delivered
+            rec.delivered = delivered
             return gid
 
     def refund_directly(
@@ -740,7 +756,22 @@ class _Root:
             "transactions": lambda info, first=None: [self._txn(o, t) for t in o.transactions][
                 : first or None
             ],
+            "fulfillments": lambda info, first=None: self._fulfillments(o)[: first or None],
         }
+
+    def _fulfillments(self, o: OrderRec) -> list[dict[str, Any]]:
+        if o.shipped is None:
+            return []
+        return [
+            {
+                "id": f"gid://shopify/Fulfillment/{_numeric(o.gid)}",
+                "status": "SUCCESS",
+                "displayStatus": "DELIVERED" if o.delivered else "IN_TRANSIT",
+                "createdAt": _iso(o.shipped),
+                "inTransitAt": _iso(o.shipped),
+                "deliveredAt": _iso(o.delivered) if o.delivered else None,
+            }
+        ]
 
     def _customer(self, c: CustomerRec) -> dict[str, Any]:
         mine = [o for o in self.s.orders.values() if o.customer == c.gid]
@@ -1154,16 +1185,25 @@ class WebhookInbox:
 def mirror_seeded_orders(shop: ShopifyDouble, merchant_slug: str) -> int:
     """Give the double the orders the database holds for one merchant (``make demo
     SHOP=double``: the demo's Northwind, its orders at "Shopify"), each paid in full by one
-    sale, named by its reference, under its customer's email. Answers how many."""
+    sale, named by its reference, under its customer's email, placed, shipped and delivered
+    when the row says. Answers how many."""
     from deskhand.domain.desk.models import Order
 
     n = 0
-    for order in Order.objects.filter(merchant__slug=merchant_slug).select_related("customer"):
+    orders = Order.objects.filter(merchant__slug=merchant_slug).select_related("customer")
+    for order in orders.prefetch_related("items"):
         shop.add_order(
             order.reference,
             order.customer.email,
             order.total_cents,
             currency=order.currency,
+            created=order.placed_at,
+            shipped=order.placed_at if order.status in ("shipped", "delivered") else None,
+            delivered=order.delivered_at,
+            line_items=[
+                (i.description, i.quantity, i.unit_price_cents, i.sku) for i in order.items.all()
+            ]
+            or None,
         )
         n += 1
     return n

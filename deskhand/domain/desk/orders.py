@@ -11,9 +11,9 @@ Three sources (``Merchant.order_source``, chosen on the settings page):
 * ``pushed`` — ``Order`` rows the store's own system sent (``PUT /api/v1/orders/{ref}``,
   ``manage.py import_orders``; ``deskhand.domain.desk.pushed``). Their refunds are made here
   (or at the merchant's payment provider) and told back by a ``refund.created`` webhook.
-* ``shopify`` — read from the store's Admin API. **Not wired yet**: ``ShopifyOrderSource``
-  raises ``SourceUnavailable`` naming what is missing. The Shopify client (orders by the
-  customer's email and by order name, money in minor units) plugs in there, and only there.
+* ``shopify`` — read from the store's Admin API and mirrored into ``Order`` rows of
+  ``source="shopify"`` (``deskhand.domain.store.mirror.ShopifyOrderSource``, registered here
+  by the store app with ``register_source``, so this package never imports the client).
 
 A run reads through the source it started with (``Run.order_source``), so a merchant who
 changes source mid-run never changes the facts under a run or its approvals.
@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+from collections.abc import Callable
 from typing import Protocol
 
 from deskhand.domain.desk import selectors
@@ -177,23 +178,16 @@ class DatabaseOrderSource:
 
 
 @dataclasses.dataclass(frozen=True)
-class ShopifyOrderSource:
-    """``shopify``: the store's orders at its Admin API. The seam for the Shopify client.
-
-    To wire it: ``orders_for_customer`` asks the client for the orders of the customer with
-    this email (newest first), ``order`` for the order named ``reference`` (``#1001`` or
-    ``1001``); each answer becomes ``OrderFacts`` with money in minor units as the client
-    returns it, ``order_id=None`` and ``source="shopify"``. Until then every read says, in
-    words the agent and the ticket page show, that the store is not connected.
-    """
+class UnconnectedSource:
+    """A platform source whose app is not installed here: every read says so in words."""
 
     merchant_id: int
-    kind: str = OrderSourceKind.SHOPIFY
+    kind: str
 
     def _refuse(self) -> SourceUnavailable:
         return SourceUnavailable(
-            "this merchant reads its orders from Shopify, and no Shopify store is connected "
-            "yet: its orders cannot be read"
+            f"this merchant reads its orders from {self.kind}, which is not connected here: "
+            "its orders cannot be read"
         )
 
     def order(self, reference: str) -> OrderFacts | None:
@@ -203,10 +197,21 @@ class ShopifyOrderSource:
         raise self._refuse()
 
 
+_PLATFORMS: dict[str, Callable[[int], OrderSource]] = {}
+
+
+def register_source(kind: str, make: Callable[[int], OrderSource]) -> None:
+    """A platform's source, registered by the app that talks to it (``shopify``:
+    ``deskhand.domain.store``, in its ``ready``). The desk never imports the platform's
+    client; the platform's package imports the desk."""
+    _PLATFORMS[kind] = make
+
+
 def order_source(*, merchant_id: int, kind: str) -> OrderSource:
     """The source of ``kind`` for this merchant (a run passes the kind it started with)."""
     if kind == OrderSourceKind.SHOPIFY:
-        return ShopifyOrderSource(merchant_id=merchant_id)
+        make = _PLATFORMS.get(kind)
+        return make(merchant_id) if make else UnconnectedSource(merchant_id, kind)
     if kind in (OrderSourceKind.LOCAL, OrderSourceKind.PUSHED):
         return DatabaseOrderSource(merchant_id=merchant_id, kind=kind)
     raise SourceUnavailable(f"{kind!r} is not an order source")

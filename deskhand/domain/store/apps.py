@@ -6,3 +6,9 @@ class StoreConfig(AppConfig):
     label = "store"
     verbose_name = "Store platforms"
     default_auto_field = "django.db.models.BigAutoField"
+
+    def ready(self) -> None:
+        # The desk reads orders through one interface; Shopify's source plugs in from here.
+        from deskhand.domain.store import mirror
+
+        mirror.register()

@@ -111,3 +111,70 @@ class ShopifyConnection(models.Model):
         connection.set_webhook_secret(webhook_secret)
         connection.save()
         return connection
+
+
+class ShopifyOrder(models.Model):
+    """What Deskhand last learned of one Shopify order, beside the ``Order`` row it mirrors.
+
+    A Shopify order is read at Shopify, but a refund made here needs a row to point at (the
+    ``Refund``, its ledger entry, every ceiling and reconciliation count against ``Order``
+    rows), so the order is mirrored into ``Order`` with ``source="shopify"`` and this row
+    holds what only Shopify has: the order's id (``gid``), its sale (what a refund is made
+    against), what Shopify counts as refunded (refunds made anywhere, Deskhand's and
+    others'), and ``updated_at`` — the version. A read (``deskhand.domain.store.mirror``) or a
+    webhook moves the mirror only forwards: an older ``updated_at`` never overwrites a newer.
+    """
+
+    order = models.OneToOneField(
+        "desk.Order", on_delete=models.CASCADE, related_name="shopify_order"
+    )
+    merchant = models.ForeignKey(Merchant, on_delete=models.CASCADE, related_name="+")
+    gid = models.CharField(max_length=100)
+    updated_at = models.DateTimeField()
+    refunded_cents = models.BigIntegerField(default=0)
+    sale_gid = models.CharField(max_length=100, blank=True, default="")
+    sale_gateway = models.CharField(max_length=60, blank=True, default="")
+    financial_status = models.CharField(max_length=40, blank=True, default="")
+    seen_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["merchant", "gid"], name="shopify_order_per_merchant"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.gid} ({self.updated_at.isoformat()})"
+
+
+class ShopifyWebhookStatus(models.TextChoices):
+    RECEIVED = "received"  # stored; its workflow processes it
+    PROCESSED = "processed"
+
+
+class ShopifyWebhook(models.Model):
+    """A Shopify webhook delivery, verified and stored once before it is processed.
+
+    ``webhook_id`` is Shopify's ``X-Shopify-Webhook-Id`` (one per delivery; a retry of a
+    delivery repeats it), unique per merchant: a redelivery is the same row and is processed
+    once. ``data`` is what processing needs of the body and nothing more (an order's money,
+    name, email and times; a redaction's customer), never the addresses or line items.
+    """
+
+    merchant = models.ForeignKey(Merchant, on_delete=models.CASCADE, related_name="+")
+    webhook_id = models.CharField(max_length=100)
+    topic = models.CharField(max_length=40)
+    data = models.JSONField(default=dict)
+    status = models.CharField(
+        max_length=10, choices=ShopifyWebhookStatus.choices, default=ShopifyWebhookStatus.RECEIVED
+    )
+    outcome = models.TextField(blank=True)
+    received_at = models.DateTimeField(auto_now_add=True)
+    processed_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["merchant", "webhook_id"], name="shopify_webhook_once")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.topic} {self.webhook_id}"

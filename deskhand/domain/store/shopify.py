@@ -119,6 +119,14 @@ class Refund:
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
+class Line:
+    name: str
+    sku: str
+    quantity: int
+    unit_price: int  # minor units of the shop's currency
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
 class Order:
     """An order as Shopify has it now. Amounts in the shop's currency (``currency``): refunds
     and ceilings are counted there; ``presentment_currency`` is what the customer saw."""
@@ -136,6 +144,10 @@ class Order:
     sale: Sale | None
     refunds: tuple[Refund, ...]
     remainder: int  # left to refund on the sale, as Shopify counts it now
+    created_at: str = ""
+    shipped_at: str | None = None  # the first fulfillment's creation
+    delivered_at: str | None = None  # the last fulfillment's delivery, once every one is
+    lines: tuple[Line, ...] | None = None  # None: not asked for (a list of orders)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -146,19 +158,21 @@ class Subscription:
 
 
 # Query cost (Shopify counts it before running): the order 1, each MoneyBag 2 or 3, each of
-# up to 10 transactions 4 and refunds 3 -> 77 an order, so ten orders cost 772 of the 1000 a
-# single query may cost. Only the shop's money is read inside lists: that is what is counted.
+# up to 10 transactions 4 and refunds 3, each of up to 5 fulfillments 1 -> 82 an order, so
+# ten orders cost 822 of the 1000 a single query may cost. Only the shop's money is read inside lists: that is what is counted.
 _MONEY = "shopMoney { amount currencyCode }"
 _BOTH = "shopMoney { amount currencyCode } presentmentMoney { amount currencyCode }"
 ORDER_FIELDS = f"""
 fragment OrderFacts on Order {{
   id name email currencyCode presentmentCurrencyCode displayFinancialStatus cancelledAt updatedAt
+  createdAt
   totalPriceSet {{ {_BOTH} }}
   totalRefundedSet {{ {_BOTH} }}
   transactions(first: 10) {{
     id kind status gateway amountSet {{ {_MONEY} }} parentTransaction {{ id }}
   }}
   refunds(first: 10) {{ id createdAt note totalRefundedSet {{ {_MONEY} }} }}
+  fulfillments(first: 5) {{ createdAt deliveredAt }}
 }}
 """
 ORDERS_QUERY = (
@@ -166,7 +180,19 @@ ORDERS_QUERY = (
     " orders(first: $first, query: $query, sortKey: CREATED_AT, reverse: true)"
     " { nodes { ...OrderFacts } } }" + ORDER_FIELDS
 )
-ORDER_QUERY = "query Order($id: ID!) { order(id: $id) { ...OrderFacts } }" + ORDER_FIELDS
+# One order (by id, or by name among at most 5) is read with its lines: what the agent weighs
+# (goods or shipping, by SKU). 20 lines cost 2 + 20 x 3, so five such orders cost 720.
+LINES = (
+    f" lineItems(first: 20) {{ nodes {{ name sku quantity originalUnitPriceSet {{ {_MONEY} }} }} }}"
+)
+ORDER_QUERY = (
+    "query Order($id: ID!) { order(id: $id) { ...OrderFacts" + LINES + " } }" + ORDER_FIELDS
+)
+ORDERS_WITH_LINES_QUERY = (
+    "query Orders($query: String!, $first: Int!) {"
+    " orders(first: $first, query: $query, sortKey: CREATED_AT, reverse: true)"
+    " { nodes { ...OrderFacts" + LINES + " } } }" + ORDER_FIELDS
+)
 REFUND_MUTATION = (
     "mutation Refund($input: RefundInput!, $key: String!) {"
     " refundCreate(input: $input) @idempotent(key: $key) {"
@@ -207,6 +233,7 @@ def order_from(node: dict[str, Any]) -> Order:
     successful REFUND transactions whose parent it is."""
     currency = node["currencyCode"]
     txns = node.get("transactions") or []
+    fulfillments = node.get("fulfillments") or []
     sales = [t for t in txns if t["kind"] in ("SALE", "CAPTURE") and t["status"] == "SUCCESS"]
     sale = None
     remainder = 0
@@ -245,6 +272,26 @@ def order_from(node: dict[str, Any]) -> Order:
         sale=sale,
         refunds=refunds,
         remainder=remainder,
+        created_at=node.get("createdAt") or "",
+        lines=(
+            tuple(
+                Line(
+                    li["name"],
+                    li.get("sku") or "",
+                    int(li["quantity"]),
+                    _money(li["originalUnitPriceSet"]).minor,
+                )
+                for li in node["lineItems"]["nodes"]
+            )
+            if "lineItems" in node
+            else None
+        ),
+        shipped_at=min((f["createdAt"] for f in fulfillments), default=None),
+        delivered_at=(
+            max(f["deliveredAt"] for f in fulfillments)
+            if fulfillments and all(f.get("deliveredAt") for f in fulfillments)
+            else None
+        ),
     )
 
 
@@ -276,6 +323,7 @@ class ShopifyClient:
         self.clock = clock
         self._token = access_token
         self._http = httpx.Client(timeout=timeout)
+        self.requests_sent = 0  # every POST, retries included (an effect's provider_calls)
 
     def __repr__(self) -> str:  # never the token
         return f"ShopifyClient({self.shop_domain!r}, api_version={self.api_version!r})"
@@ -356,6 +404,7 @@ class ShopifyClient:
         return max(0.05, (needed - available) / rate)
 
     def _post(self, query: str, variables: dict[str, Any]) -> dict[str, Any]:
+        self.requests_sent += 1
         try:
             response = self._http.post(
                 self.endpoint,
@@ -399,7 +448,7 @@ class ShopifyClient:
         given = name.strip()
         for wanted in (given, "#" + given) if not given.startswith("#") else (given,):
             data = self.execute(
-                ORDERS_QUERY, {"query": f"name:{_search_value(wanted)}", "first": 5}
+                ORDERS_WITH_LINES_QUERY, {"query": f"name:{_search_value(wanted)}", "first": 5}
             )
             found = [
                 o

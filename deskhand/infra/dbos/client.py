@@ -32,12 +32,14 @@ from deskhand.infra.dbos.names import (
     PAYMENT_EVENT_WORKFLOW,
     QUEUE_CHANNEL,
     RUN_WORKFLOW,
+    SHOPIFY_WEBHOOK_WORKFLOW,
     STEER_TOPIC,
     approval_topic,
     customer_topic,
     inbound_workflow_id,
     line_workflow_id,
     payment_event_workflow_id,
+    shopify_webhook_workflow_id,
 )
 
 if TYPE_CHECKING:
@@ -265,6 +267,16 @@ def enqueue_payment_event(event_id: int) -> None:
     """Queue the workflow of a stored payment event (the same id twice is one workflow)."""
     _enqueue_intake(
         PAYMENT_EVENT_WORKFLOW, payment_event_workflow_id(event_id), event_id, by_sweep=False
+    )
+
+
+def enqueue_shopify_webhook(webhook_id: int) -> None:
+    """Queue the workflow of a stored Shopify webhook (the same id twice is one workflow)."""
+    _enqueue_intake(
+        SHOPIFY_WEBHOOK_WORKFLOW,
+        shopify_webhook_workflow_id(webhook_id),
+        webhook_id,
+        by_sweep=False,
     )
 
 

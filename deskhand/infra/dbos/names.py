@@ -34,6 +34,10 @@ PAYMENT_EVENT_WORKFLOW = "deskhand.payment_event"
 """A stored payment-provider webhook event processed (a Stripe refund's news compared with
 the ledger). Its id is ``payment_event_workflow_id(row pk)``."""
 
+SHOPIFY_WEBHOOK_WORKFLOW = "deskhand.shopify_webhook"
+"""A stored Shopify webhook processed (an order's mirror moved forwards, a customer erased).
+Its id is ``shopify_webhook_workflow_id(row pk)``."""
+
 ESCALATION_WORKFLOW = "approvals.escalation_sweep"
 RECONCILIATION_WORKFLOW = "effects.reconciliation"
 RETENTION_WORKFLOW = "privacy.retention_sweep"
@@ -77,6 +81,12 @@ def inbound_workflow_id(inbound_id: int, attempt: int = 0) -> str:
 def line_workflow_id(line_id: int, attempt: int = 0) -> str:
     """The routing workflow of customer line ``line_id`` (see ``inbound_workflow_id``)."""
     return f"line-{line_id}" + (f"-r{attempt}" if attempt else "")
+
+
+def shopify_webhook_workflow_id(webhook_id: int) -> str:
+    """The workflow of stored Shopify webhook ``webhook_id``: one per row (a redelivery is the
+    same row, so the same workflow)."""
+    return f"shopify-webhook-{webhook_id}"
 
 
 def payment_event_workflow_id(event_id: int) -> str:
