@@ -15,7 +15,7 @@ from agent.providers.base import Provider
 from agent.providers.policy import PolicyProvider
 from agent.providers.scripted import ScriptedProvider, call, say
 from tests.devtools.doubles import ObedientProvider
-from tests.devtools.load.world import park_provider
+from tests.devtools.load.world import LoadProvider
 
 NW3_DENIAL_REASON = "Delivered 91 days ago, well outside the 30-day window."
 
@@ -69,7 +69,7 @@ def nw1_exact() -> ScriptedProvider:
 
 
 PROVIDERS: dict[str, Callable[[], Provider]] = {
-    "park": park_provider,
+    "park": LoadProvider,  # each LOAD- ticket refunds its own order (tests.devtools.load.world)
     "policy": PolicyProvider,
     "obedient": ObedientProvider,
     "nw3-asks": nw3_asks,

@@ -1,7 +1,9 @@
 """Load for the bench, chaos and the fleet tests: many tickets, and a model that parks each run.
 
 ``load_world(n)`` adds ``n`` tickets (``LOAD-<i>``) spread over the seeded merchants,
-each merchant with one large delivered order ``LOAD-ORDER`` to refund against. The
+each with a delivered order of its own (``LOAD-<i>-ORDER``) to refund against: an approval
+holds for the order's refunded total the person saw (``agent.tools.order_facts``), so runs
+sharing one order would each find it moved by the others. The
 ``park_provider`` asks at once to refund 1.00 of it, so every run reaches the approval
 gate after about a dozen durable steps and waits there for a person; once decided it
 says it is done. Deterministic (turn N answers a history of N assistant messages), so a
@@ -31,13 +33,13 @@ ORDER = "LOAD-ORDER"
 REFUND_CENTS = 100
 
 
-def park_provider() -> ScriptedProvider:
+def park_provider(order_reference: str = ORDER) -> ScriptedProvider:
     return ScriptedProvider(
         [
             [
                 call(
                     "issue_refund",
-                    order_reference=ORDER,
+                    order_reference=order_reference,
                     amount_cents=REFUND_CENTS,
                     reason="load: park at the gate",
                 )
@@ -70,6 +72,11 @@ def ask_provider(reference: str) -> ScriptedProvider:
     )
 
 
+def own_order(ticket_reference: str) -> str:
+    """The order a ``LOAD-<i>`` ticket's run refunds against (``load_world`` makes it)."""
+    return f"{ticket_reference}-ORDER"
+
+
 class LoadProvider:
     """One provider for a whole load: ``QUICK-`` tickets finish, ``ASK-`` tickets wait on the
     customer, every other ticket parks at the approval gate."""
@@ -86,8 +93,11 @@ class LoadProvider:
         opening = messages[0].get("content") if messages else ""
         text = opening if isinstance(opening, str) else str(opening)
         asking = re.search(rf"Ticket reference: ({ASK}\d+)", text)
+        parking = re.search(rf"Ticket reference: ({PREFIX}\d+)", text)
         if asking:
             script = ask_provider(asking.group(1))
+        elif parking:
+            script = park_provider(own_order(parking.group(1)))
         else:
             script = self.quick if f"Ticket reference: {QUICK}" in text else self.park
         return script.complete(system=system, messages=messages, tools=tools)
@@ -127,6 +137,23 @@ def load_world(n: int, start: int = 1, prefix: str = PREFIX) -> list[Any]:
             for i in range(start, start + n)
         ]
         Ticket.objects.bulk_create(tickets, batch_size=1000)
+        if prefix == PREFIX:
+            Order.objects.bulk_create(
+                [
+                    Order(
+                        merchant=t.merchant,
+                        customer=t.customer,
+                        reference=own_order(t.reference),
+                        status="delivered",
+                        total_cents=100_000,
+                        placed_at=now,
+                        delivered_at=now,
+                    )
+                    for t in tickets
+                ],
+                batch_size=1000,
+                ignore_conflicts=True,
+            )
     return list(
         Ticket.objects.filter(reference__in=[t.reference for t in tickets]).select_related(
             "merchant"
