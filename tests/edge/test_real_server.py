@@ -179,7 +179,7 @@ def fill(t: Template, w: World) -> str:
         return t.fill(["x", "y"])  # a reset link that is not one
     if head == "invitations/":
         return t.fill(["nosuchtoken"])
-    if head == "inbound/stripe/":
+    if head in ("inbound/stripe/", "inbound/shopify/"):
         return t.fill(["northwind"])
     if head in ("merchant/team/invitations/", "merchant/team/members/", "merchant/addresses/"):
         return t.fill(["0"])
@@ -393,6 +393,8 @@ TABLE: dict[str, dict[str, str]] = {
     "/inbound/mailgun/mime": {"POST": "404 404 404 404 404 404"},
     # Stripe's webhook per merchant: signed posts from anyone; no endpoint secret set here.
     "/inbound/stripe/northwind/": {"POST": "404 404 404 404 404 404"},
+    # Shopify's webhooks for a merchant with no store connected: 404 to everyone.
+    "/inbound/shopify/northwind/": {"POST": "404 404 404 404 404 404"},
     # The JSON API takes a bearer key, never a session: each operation is 401 for every role
     # here (tests/api/ drives it with keys); its OpenAPI document and docs page are public;
     # a path it does not have is a 404 problem whatever the method.
